@@ -1,0 +1,26 @@
+"""fp4convert: one precision contract for NVFP4 / MXFP8 / BF16 checkpoints, byte-exact with TE."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it. Imported lazily so `import fp4convert` stays cheap and
+# optional dependencies (pydantic for contracts, transformers in tests) load only when used.
+_EXPORTS: dict[str, str] = {
+    "Fp4ConvertError": "fp4convert.errors",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fp4convert.errors import Fp4ConvertError
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fp4convert' has no attribute {name!r}")
+    return getattr(import_module(module), name)
