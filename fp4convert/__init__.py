@@ -11,12 +11,28 @@ __version__ = "0.1.0"
 # optional dependencies (pydantic for contracts, transformers in tests) load only when used.
 _EXPORTS: dict[str, str] = {
     "Fp4ConvertError": "fp4convert.errors",
+    "MXFP8Tensor": "fp4convert.formats",
+    "NVFP4Tensor": "fp4convert.formats",
+    "dequantize": "fp4convert.formats",
+    "from_layout": "fp4convert.formats",
+    "quantize_mxfp8": "fp4convert.formats",
+    "quantize_nvfp4": "fp4convert.formats",
+    "to_layout": "fp4convert.formats",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # pragma: no cover
     from fp4convert.errors import Fp4ConvertError
+    from fp4convert.formats import (
+        MXFP8Tensor,
+        NVFP4Tensor,
+        dequantize,
+        from_layout,
+        quantize_mxfp8,
+        quantize_nvfp4,
+        to_layout,
+    )
 
 
 def __getattr__(name: str) -> Any:

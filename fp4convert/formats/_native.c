@@ -1,2 +1,203 @@
-/* Placeholder; the fused kernels follow. */
-int fp4c_abi_version(void) { return 0; }
+/*
+ * fp4convert native CPU kernels: single-pass NVFP4 (1x16) and MXFP8 (1x32) row quantizers.
+ *
+ * These are the fast paths of fp4convert.formats; the pure-torch code in nvfp4.py / mxfp8.py and
+ * profiles.py is the specification, and tests compare every byte of both. Build flags matter:
+ * -ffp-contract=off (no fused multiply-add), no -ffast-math (IEEE division, denormals kept), so
+ * every float operation below is one correctly rounded binary32 operation, as in TE's kernels.
+ * Loaded through ctypes, which releases the GIL: Python threads run row ranges in parallel.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define FP4C_ABI_VERSION 1
+
+enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };
+enum { PROFILE_TE = 0, PROFILE_TE_2_13 = 1, PROFILE_MODELOPT = 2 };
+
+static const float FLT_MAX_F = 3.40282346638528859812e+38f;
+
+int fp4c_abi_version(void) { return FP4C_ABI_VERSION; }
+
+static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline float half_to_float(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t man = h & 0x3FFu;
+    if (exp == 0x1F) return u2f(sign | 0x7F800000u | (man << 13));
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24 is exact in binary32 */
+        float mag = (float)man * 5.9604644775390625e-8f;
+        return u2f(f2u(mag) | sign);
+    }
+    return u2f(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/* Load element i of a row as float32 (widening is exact for every input dtype). */
+static inline float load(const void *row, int dtype, int64_t i) {
+    if (dtype == DT_BF16) return u2f(((uint32_t)((const uint16_t *)row)[i]) << 16);
+    if (dtype == DT_F16) return half_to_float(((const uint16_t *)row)[i]);
+    return ((const float *)row)[i];
+}
+
+/* NaN-ignoring |x| (TE's fmaxf/__hmax reductions skip NaN): NaN becomes 0. */
+static inline float abs_nan0(float x) {
+    float a = u2f(f2u(x) & 0x7FFFFFFFu);
+    return (a == a) ? a : 0.0f;
+}
+
+/* float32 >= 0 (or NaN) -> E4M3 byte, satfinite RNE: >448 -> 0x7E, NaN -> 0x7F. */
+static inline uint8_t e4m3_from_nonneg(float d) {
+    if (!(d == d)) return 0x7F;
+    if (d >= 448.0f) return 0x7E;
+    if (d < 0.015625f) {
+        /* below the smallest normal 2^-6: subnormal grid step 2^-9. d*512 is exact; adding and
+         * subtracting 2^23 rounds it to an integer with ties to even (0..8; 8 encodes 2^-6). */
+        float q = (d * 512.0f + 8388608.0f) - 8388608.0f;
+        return (uint8_t)q;
+    }
+    uint32_t b = f2u(d);
+    b += 0x7FFFFu + ((b >> 20) & 1u); /* round the 23-bit mantissa to 3 bits, ties to even */
+    uint32_t code = ((((b >> 23) & 0xFFu) - 127u + 7u) << 3) | ((b >> 20) & 7u);
+    return code > 0x7Eu ? 0x7E : (uint8_t)code;
+}
+
+static float E4M3_LUT[128];
+static int lut_ready = 0;
+
+static void init_lut(void) {
+    if (lut_ready) return;
+    for (int c = 0; c < 128; ++c) {
+        int e = c >> 3, m = c & 7;
+        float v = (e == 0) ? (float)m * 0.001953125f /* 2^-9 */
+                           : (1.0f + (float)m * 0.125f) * u2f((uint32_t)(e - 7 + 127) << 23);
+        E4M3_LUT[c] = v;
+    }
+    lut_ready = 1;
+}
+
+/* float32 -> E2M1 code, RNE on {0,.5,1,1.5,2,3,4,6}, saturating; NaN -> 0x7. */
+static inline uint8_t e2m1_code(float y, int signed_zero) {
+    float a = u2f(f2u(y) & 0x7FFFFFFFu);
+    if (!(a == a)) return 0x7;
+    uint8_t m = (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                          (a >= 3.5f) + (a > 5.0f));
+    uint8_t neg = signed_zero ? (uint8_t)(f2u(y) >> 31) : (uint8_t)(y < 0.0f);
+    return (uint8_t)(m | (neg << 3));
+}
+
+/* Per-row NaN-ignoring amax of rows [r0, r1). */
+void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols,
+                      int64_t ld, float *out) {
+    int esize = dtype == DT_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; ++r) {
+        const char *row = (const char *)src + r * ld * esize;
+        float m = 0.0f;
+        for (int64_t i = 0; i < cols; ++i) {
+            float a = abs_nan0(load(row, dtype, i));
+            m = a > m ? a : m;
+        }
+        out[r] = m;
+    }
+}
+
+/*
+ * NVFP4 1x16 rows [r0, r1) of a (rows, cols) matrix with row stride ld (elements).
+ * s_dec[r], mult[r]: the row's outer scales (profiles.OuterScales). block_amax: NULL, or a
+ * (rows, cols/16) float array used instead of each block's own amax (16x16 tiles).
+ * Writes data (rows, cols/2) and scale (rows, cols/16).
+ */
+void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                     const float *s_dec, const float *mult, const float *block_amax, int profile,
+                     uint8_t *out_data, uint8_t *out_scale) {
+    init_lut();
+    int esize = dtype == DT_F32 ? 4 : 2;
+    int64_t nb = cols / 16;
+    int signed_zero = profile != PROFILE_MODELOPT;
+    for (int64_t r = r0; r < r1; ++r) {
+        const char *row = (const char *)src + r * ld * esize;
+        float sdec = s_dec[r], mlt = mult[r];
+        for (int64_t b = 0; b < nb; ++b) {
+            float x[16];
+            float amax = 0.0f;
+            for (int i = 0; i < 16; ++i) {
+                x[i] = load(row, dtype, b * 16 + i);
+                float a = abs_nan0(x[i]);
+                amax = a > amax ? a : amax;
+            }
+            if (block_amax) amax = block_amax[r * nb + b];
+            uint8_t sf;
+            uint8_t codes[16];
+            if (profile == PROFILE_MODELOPT) {
+                if (sdec == 0.0f) { /* all-zero tensor: defined as scale 1.0, zero data */
+                    sf = 0x38;
+                    for (int i = 0; i < 16; ++i) codes[i] = 0;
+                } else {
+                    float psc = amax / mlt;
+                    if (psc == 0.0f) psc = 1.0f;
+                    if (psc < 0.001953125f) psc = 0.001953125f; /* clamp to [2^-9, 448] */
+                    if (psc > 448.0f) psc = 448.0f;
+                    sf = e4m3_from_nonneg(psc);
+                    float denom = E4M3_LUT[sf] * sdec;
+                    for (int i = 0; i < 16; ++i) codes[i] = e2m1_code(x[i] / denom, 0);
+                }
+            } else {
+                float d = (profile == PROFILE_TE) ? amax * mlt : (amax / 6.0f) * mlt;
+                sf = e4m3_from_nonneg(d);
+                float enc = 1.0f / (E4M3_LUT[sf] * sdec);
+                if (enc > FLT_MAX_F) enc = FLT_MAX_F;
+                for (int i = 0; i < 16; ++i) codes[i] = e2m1_code(x[i] * enc, signed_zero);
+            }
+            out_scale[r * nb + b] = sf;
+            uint8_t *dst = out_data + r * (cols / 2) + b * 8;
+            for (int i = 0; i < 8; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
+        }
+    }
+}
+
+/* float32 -> E4M3 byte with sign, satfinite RNE (MXFP8 data). NaN -> 0x7F. */
+static inline uint8_t e4m3_signed(float y) {
+    uint32_t u = f2u(y);
+    float a = u2f(u & 0x7FFFFFFFu);
+    if (!(a == a)) return 0x7F;
+    return (uint8_t)(e4m3_from_nonneg(a) | ((u >> 24) & 0x80u));
+}
+
+/* Smallest power of two >= v as an E8M0 exponent (cvt.rp.satfinite.ue8m0x2.f32), v >= 0. */
+static inline uint8_t e8m0_roundup(float v) {
+    uint32_t b = f2u(v);
+    uint32_t e = (b >> 23) & 0xFFu, m = b & 0x7FFFFFu;
+    if (e == 0xFF) return m ? 0xFF : 0xFE;
+    if (e == 0) return m > 0x400000u ? 1 : 0;
+    if (m != 0 && e < 0xFE) ++e;
+    return (uint8_t)e;
+}
+
+/* MXFP8 1x32 rows [r0, r1): data (rows, cols) E4M3 bytes, scale (rows, cols/32) E8M0. */
+void fp4c_mxfp8_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                     uint8_t *out_data, uint8_t *out_scale) {
+    const float r448 = 1.0f / 448.0f; /* rn32(1/448) = 0x3B124925, TE's max_norm_rcp */
+    int esize = dtype == DT_F32 ? 4 : 2;
+    int64_t nb = cols / 32;
+    for (int64_t r = r0; r < r1; ++r) {
+        const char *row = (const char *)src + r * ld * esize;
+        for (int64_t b = 0; b < nb; ++b) {
+            float x[32];
+            float amax = 0.0f;
+            for (int i = 0; i < 32; ++i) {
+                x[i] = load(row, dtype, b * 32 + i);
+                float a = abs_nan0(x[i]);
+                amax = a > amax ? a : amax;
+            }
+            uint8_t e = e8m0_roundup(amax * r448);
+            float inv = (e == 0) ? u2f(0x7F000000u)                 /* 2^127 */
+                        : (e == 254) ? u2f(0x00400000u)             /* 2^-127, subnormal */
+                                     : u2f((uint32_t)(254 - e) << 23); /* 2^(127-e) */
+            out_scale[r * nb + b] = e;
+            uint8_t *dst = out_data + r * cols + b * 32;
+            for (int i = 0; i < 32; ++i) dst[i] = e4m3_signed(x[i] * inv);
+        }
+    }
+}

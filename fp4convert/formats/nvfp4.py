@@ -1,0 +1,315 @@
+"""NVFP4: E2M1 values, one E4M3 scale per 16 values, an FP32 outer amax (quantizers.md 1-4).
+
+:func:`quantize_nvfp4` is the public entry point. The arithmetic lives in
+:mod:`fp4convert.formats.profiles`; this module handles shapes, scopes (which elements share one
+outer amax), tiles (1x16 rows or 16x16 weight tiles), the column-wise copy, and dispatch to a fast
+kernel (:mod:`fp4convert.formats.kernels`), which every test compares byte for byte with the
+pure-torch reference path here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import torch
+
+from fp4convert.errors import FormatError
+from fp4convert.formats import profiles
+from fp4convert.formats.codecs import e2m1_decode, nan_ignoring_abs, pack_fp4, unpack_fp4
+from fp4convert.formats.spec import NVFP4_BLOCK
+
+__all__ = ["NVFP4Tensor", "dequantize_nvfp4", "nvfp4_matrix_reference", "quantize_nvfp4"]
+
+Tile = Literal["1x16", "16x16"]
+Scope = Literal["tensor", "row", "expert"]
+Backend = Literal["auto", "reference"]
+
+TILES: tuple[str, ...] = get_args(Tile)
+SCOPES: tuple[str, ...] = get_args(Scope)
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class NVFP4Tensor:
+    """A tensor quantized to NVFP4, in the compact (unpadded, unswizzled) layout.
+
+    Attributes:
+        shape: logical shape of the source tensor ``(..., rows, cols)``.
+        dtype: dtype of the source tensor.
+        tile: ``"1x16"`` or ``"16x16"``.
+        scope: what one outer amax covers: ``"tensor"``, ``"row"`` or ``"expert"`` (dim 0 of 3-D).
+        profile: arithmetic profile (:mod:`fp4convert.formats.profiles`).
+        amax: float32 raw amax: shape ``()`` (tensor), ``(M,)`` with M = product of all dims but
+            the last (row), or ``(E,)`` (expert).
+        data: uint8 ``(..., cols/2)``, two E2M1 codes per byte, even element in the low nibble.
+        scale: uint8 E4M3 bytes ``(..., cols/16)``; ``scale[..., i, b]`` scales block b of row i.
+        amax_t / data_t / scale_t: the column-wise copy, quantized from the source transposed over
+            its last two dims, ``(..., cols, rows/2)`` and ``(..., cols, rows/16)``. Its amax equals
+            ``amax`` except under row scope, where it is per column.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    tile: str
+    scope: str
+    profile: str
+    amax: torch.Tensor
+    data: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    amax_t: torch.Tensor | None = None
+    data_t: torch.Tensor | None = None
+    scale_t: torch.Tensor | None = None
+
+    def global_decode_scale(self) -> torch.Tensor:
+        """The float32 per-tensor decode scale a checkpoint stores as ``weight_scale_2``:
+        TE's ``rn32(1 / S_enc)``, or ModelOpt's ``A / 2688`` under the modelopt profile."""
+        return profiles.outer_scales(self.amax, self.profile).s_dec  # type: ignore[arg-type]
+
+
+def _check_input(x: torch.Tensor, tile: str, scope: str, columnwise: bool) -> None:
+    if x.dtype not in INPUT_DTYPES:
+        raise FormatError(
+            f"NVFP4 input has dtype {x.dtype}, expected bfloat16, float16 or float32",
+            hint="cast the tensor first (x.float())",
+            found=str(x.dtype),
+        )
+    if x.ndim < 2:
+        raise FormatError(
+            f"NVFP4 input has shape {tuple(x.shape)}: at least 2 dims are needed (rows, cols)",
+            hint="1-D tensors (biases, norms) stay in high precision",
+            found=tuple(x.shape),
+        )
+    if tile not in TILES:
+        raise FormatError(f"unknown NVFP4 tile {tile!r}", hint=f"use one of {TILES}", found=tile)
+    if scope not in SCOPES:
+        raise FormatError(f"unknown NVFP4 scope {scope!r}", hint=f"use one of {SCOPES}", found=scope)
+    if scope == "expert" and x.ndim != 3:
+        raise FormatError(
+            f"scope='expert' needs a 3-D (experts, rows, cols) tensor, got shape {tuple(x.shape)}",
+            hint="use scope='tensor' for a single expert's weight",
+            found=tuple(x.shape),
+        )
+    if tile == "16x16" and scope == "row":
+        raise FormatError(
+            "16x16 tiles cannot be combined with per-row outer scales (TE forbids 2-D row-scaled NVFP4)",
+            hint="use tile='1x16' for per-row scales",
+        )
+    rows, cols = x.shape[-2], x.shape[-1]
+    if cols % NVFP4_BLOCK:
+        raise FormatError(
+            f"shape {tuple(x.shape)}: last dim {cols} is not divisible by the NVFP4 block size 16",
+            hint="keep this tensor in BF16 or pad its input dimension",
+            found=tuple(x.shape),
+            expected="last dim % 16 == 0",
+        )
+    if (tile == "16x16" or columnwise) and rows % NVFP4_BLOCK:
+        raise FormatError(
+            f"shape {tuple(x.shape)}: rows {rows} not divisible by 16, needed by "
+            f"{'16x16 tiles' if tile == '16x16' else 'the column-wise copy'}",
+            hint="use tile='1x16' rowwise only, or keep the tensor in BF16",
+            found=tuple(x.shape),
+            expected="rows % 16 == 0",
+        )
+
+
+def _scope_amax(x: torch.Tensor, scope: str, backend: str) -> torch.Tensor:
+    """NaN-ignoring amax per scope unit: ``()`` tensor, ``(M,)`` row, ``(E,)`` expert."""
+    if backend == "reference":
+        rows = nan_ignoring_abs(x.reshape(-1, x.shape[-1])).amax(dim=-1)
+    else:
+        from fp4convert.formats import kernels
+
+        rows = kernels.row_amax(x.reshape(-1, x.shape[-1]))
+    if scope == "tensor":
+        return rows.amax()
+    if scope == "row":
+        return rows
+    return rows.reshape(x.shape[0], -1).amax(dim=1)  # expert
+
+
+def _check_amax(amax: torch.Tensor, expected: tuple[int, ...], scope: str) -> torch.Tensor:
+    amax = torch.as_tensor(amax, dtype=torch.float32)
+    if tuple(amax.shape) != expected and not (expected == () and amax.numel() == 1):
+        raise FormatError(
+            f"amax= has shape {tuple(amax.shape)}, expected {expected} for scope={scope!r}",
+            hint="pass one amax per scope unit (a scalar for 'tensor', one per row or per expert)",
+            found=tuple(amax.shape),
+            expected=expected,
+        )
+    return amax.reshape(expected)
+
+
+def _per_row(amax: torch.Tensor, scope: str, shape: torch.Size) -> torch.Tensor:
+    """Expand a scope amax to one value per row of the flattened ``(M, cols)`` matrix."""
+    rows_total = 1
+    for d in shape[:-1]:
+        rows_total *= d
+    if scope == "tensor":
+        return amax.reshape(1).expand(rows_total)
+    if scope == "row":
+        return amax
+    return amax.repeat_interleave(shape[-2])
+
+
+def _tile_amax(x: torch.Tensor) -> torch.Tensor:
+    """16x16 tile amax repeated for each of the tile's 16 rows: ``(M, cols/16)``."""
+    a = nan_ignoring_abs(x).reshape(-1, NVFP4_BLOCK, x.shape[-1] // NVFP4_BLOCK, NVFP4_BLOCK)
+    tiles = a.amax(dim=(1, 3))
+    return tiles.repeat_interleave(NVFP4_BLOCK, dim=0)
+
+
+def nvfp4_matrix_reference(
+    x2d: torch.Tensor,
+    row_amax: torch.Tensor,
+    profile: profiles.Profile,
+    block_amax: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize each row of ``x2d (M, N)`` in 1x16 blocks: the pure-torch reference.
+
+    Args:
+        x2d: bf16/fp16/fp32 matrix, N divisible by 16.
+        row_amax: float32 ``(M,)`` outer amax for each row (already expanded from its scope).
+        profile: arithmetic profile.
+        block_amax: optional ``(M, N/16)`` block amaxes to use instead of each block's own
+            (16x16 tiles pass their tile amax here).
+
+    Returns:
+        ``(data (M, N/2) uint8, scale (M, N/16) uint8)``.
+    """
+    rows, cols = x2d.shape
+    blocks = x2d.float().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
+    if block_amax is None:
+        block_amax = nan_ignoring_abs(blocks).amax(dim=-1)
+    outer = profiles.outer_scales(row_amax.reshape(rows, 1), profile)
+    scale = profiles.block_scale_bytes(block_amax, outer, profile)
+    codes = profiles.encode_blocks(blocks, scale, outer, profile)
+    return pack_fp4(codes.reshape(rows, cols)), scale
+
+
+def _quantize_rowwise(
+    x: torch.Tensor, amax: torch.Tensor, scope: str, tile: str, profile: profiles.Profile, backend: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    from fp4convert.formats import kernels  # the fast paths; imported late to keep this module pure
+
+    cols = x.shape[-1]
+    x2d = x.reshape(-1, cols)
+    row_amax = _per_row(amax, scope, x.shape)
+    block_amax = _tile_amax(x) if tile == "16x16" else None
+    if backend == "reference":
+        data, scale = nvfp4_matrix_reference(x2d, row_amax, profile, block_amax)
+    else:
+        data, scale = kernels.nvfp4_matrix(x2d, row_amax, profile, block_amax)
+    lead = tuple(x.shape[:-1])
+    return data.reshape(*lead, cols // 2), scale.reshape(*lead, cols // NVFP4_BLOCK)
+
+
+def quantize_nvfp4(
+    x: torch.Tensor,
+    *,
+    tile: Tile = "1x16",
+    scope: Scope = "tensor",
+    amax: torch.Tensor | float | None = None,
+    rowwise: bool = True,
+    columnwise: bool = False,
+    profile: profiles.Profile = "te",
+    backend: Backend = "auto",
+) -> NVFP4Tensor:
+    """Quantize ``x`` to NVFP4, byte-identical to TransformerEngine's NVFP4 quantizer.
+
+    Args:
+        x: bf16, fp16 or fp32 tensor of 2 or more dims; the last dim is the block (contraction)
+            axis and must be divisible by 16. CPU or CUDA: both give the same bytes.
+        tile: ``"1x16"`` (16 consecutive values of a row) or ``"16x16"`` (TE's 2-D weight tiles:
+            one scale per 16x16 tile, repeated for its 16 rows).
+        scope: which elements share one outer amax: the whole ``"tensor"``, each ``"row"``
+            (per-token activations; TE ``row_scaled_nvfp4``), or each ``"expert"`` of a 3-D tensor.
+        amax: impose the outer amax instead of measuring it, e.g. ``max(amax(gate), amax(up))``
+            so fused siblings share one scale. Shape ``()``, ``(M,)`` or ``(E,)`` by scope.
+        rowwise: produce ``data`` / ``scale``.
+        columnwise: also produce ``data_t`` / ``scale_t``, quantized from ``x`` transposed over its
+            last two dims (never derived from the row-wise bytes, as in TE).
+        profile: ``"te"`` (TE >= 2.14, FlashInfer exact mode), ``"te-2.13"`` or ``"modelopt"``.
+        backend: ``"auto"`` picks the fastest exact kernel for the device; ``"reference"`` forces
+            the pure-torch path (the specification the kernels are tested against).
+
+    Returns:
+        An :class:`NVFP4Tensor` in the compact layout (see :mod:`fp4convert.formats.layouts`).
+
+    Raises:
+        FormatError: wrong dtype, too few dims, a dim not divisible by the block, an unknown
+            tile/scope/profile, or an ``amax`` of the wrong shape.
+
+    Example:
+        >>> import torch
+        >>> from fp4convert import quantize_nvfp4
+        >>> q = quantize_nvfp4(torch.ones(2, 16, dtype=torch.bfloat16))
+        >>> q.data[0, 0].item(), q.scale[0, 0].item(), q.amax.item()
+        (119, 126, 1.0)
+    """
+    profile = profiles.check_profile(profile)
+    _check_input(x, tile, scope, columnwise)
+    if backend not in get_args(Backend):
+        raise FormatError(f"unknown backend {backend!r}", hint="use 'auto' or 'reference'")
+    if amax is None:
+        amax_t = _scope_amax(x, scope, backend)
+    else:
+        expected: tuple[int, ...] = {
+            "tensor": (),
+            "row": (x.numel() // x.shape[-1],),
+            "expert": (x.shape[0],),
+        }[scope]
+        amax_t = _check_amax(torch.as_tensor(amax, device=x.device), expected, scope).to(x.device)
+    data = scale = data_t = scale_t = col_amax = None
+    if rowwise:
+        data, scale = _quantize_rowwise(x, amax_t, scope, tile, profile, backend)
+    if columnwise:
+        xt = x.transpose(-1, -2).contiguous()
+        col_amax = _scope_amax(xt, "row", backend) if scope == "row" else amax_t
+        data_t, scale_t = _quantize_rowwise(xt, col_amax, scope, tile, profile, backend)
+    return NVFP4Tensor(
+        shape=tuple(x.shape),
+        dtype=x.dtype,
+        tile=tile,
+        scope=scope,
+        profile=profile,
+        amax=amax_t,
+        data=data,
+        scale=scale,
+        amax_t=col_amax,
+        data_t=data_t,
+        scale_t=scale_t,
+    )
+
+
+def dequantize_nvfp4(
+    q: NVFP4Tensor, *, dtype: torch.dtype = torch.float32, columnwise: bool = False
+) -> torch.Tensor:
+    """Dequantize an :class:`NVFP4Tensor` (TE's ``dequantize_fp4_kernel`` arithmetic).
+
+    Args:
+        q: the quantized tensor.
+        dtype: output dtype (values are computed in float32 and cast once).
+        columnwise: dequantize the column-wise copy and transpose it back to ``q.shape``.
+
+    Returns:
+        A tensor of ``q.shape``.
+    """
+    data, scale, amax = (q.data_t, q.scale_t, q.amax_t) if columnwise else (q.data, q.scale, q.amax)
+    if data is None or scale is None or amax is None:
+        raise FormatError(
+            f"this NVFP4Tensor has no {'column' if columnwise else 'row'}-wise copy",
+            hint=f"quantize with {'columnwise' if columnwise else 'rowwise'}=True",
+        )
+    shape = list(q.shape)
+    if columnwise:
+        shape[-1], shape[-2] = shape[-2], shape[-1]
+    cols = shape[-1]
+    values = e2m1_decode(unpack_fp4(data)).reshape(-1, cols // NVFP4_BLOCK, NVFP4_BLOCK)
+    row_amax = _per_row(amax, "row" if (columnwise and q.scope == "row") else q.scope, torch.Size(shape))
+    outer = profiles.outer_scales(row_amax.reshape(-1, 1), q.profile)  # type: ignore[arg-type]
+    factor = profiles.dequant_block_scale(scale.reshape(-1, cols // NVFP4_BLOCK), outer, q.profile)  # type: ignore[arg-type]
+    out = (values * factor.unsqueeze(-1)).reshape(shape)
+    if columnwise:
+        out = out.transpose(-1, -2)
+    return out.to(dtype)
