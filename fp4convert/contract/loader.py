@@ -1,0 +1,328 @@
+"""Read a contract file (YAML or JSON) into a :class:`Contract`, or fail with file, line and field.
+
+Only safe loading: YAML goes through :class:`yaml.SafeLoader` (compose, then construct), JSON
+through :func:`json.loads`. The composed YAML node tree keeps line numbers, so a pydantic error
+location such as ``('rules', 2, 'format')`` is mapped back to the line it came from. Duplicate
+keys, which both YAML and JSON loaders would silently resolve to the last value, are errors.
+
+Each problem becomes one :class:`~fp4convert.errors.ContractError` whose message is one line,
+``FILE:LINE: FIELD: what is wrong``, and whose hint says what to do; the structured fields
+``file``, ``line`` and ``field`` carry the same facts for programs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from fp4convert.contract.model import UNION_TAGS, Contract
+from fp4convert.errors import ContractError, Fp4ConvertError
+
+__all__ = ["load_contract", "parse_contract", "read_document", "validate_document"]
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+# Hints for errors on particular fields, keyed by the field path with list indexes dropped.
+_FIELD_HINTS: dict[str, str] = {
+    "version": "add `version: 1` (the only contract format version)",
+    "default": "set `default:` to nvfp4, mxfp8 or bf16, or to null to require a rule for every GEMM weight",
+    "rules": "a contract needs at least one rule, "
+    "e.g. {kind: glob, namespace: hf, pattern: '*', format: bf16}",
+    "name": "names use letters, digits, '_', '.' and '-', and start with a letter",
+    "rules.name": "names use letters, digits, '_', '.' and '-', and start with a letter",
+    "rules.pattern": "glob uses fnmatch (* ? [seq], close every '['); regex uses Python re and must "
+    "match the whole name; exact is the whole name",
+    "bf16_exceptions.embeddings": "embeddings are never quantized; leave the field out or write true",
+    "bf16_exceptions.norms": "norm weights are never quantized; leave the field out or write true",
+    "bf16_exceptions.first_layers": "write a count (e.g. 2) or {fraction: 0.15, rounding: ceil}",
+    "bf16_exceptions.last_layers": "write a count (e.g. 8) or {fraction: 0.15, rounding: ceil}",
+}
+
+
+def load_contract(path: str | os.PathLike[str]) -> Contract:
+    """Load and validate a contract file.
+
+    Args:
+        path: a ``.yaml``, ``.yml`` or ``.json`` file.
+
+    Returns:
+        The contract.
+
+    Raises:
+        ContractError: the file is missing, unreadable, not valid YAML/JSON, or not a valid
+            contract; the message names the file, line and field.
+
+    Example:
+        >>> contract = load_contract("contracts/nvfp4-experts-per-token.yaml")  # doctest: +SKIP
+        >>> contract.backward  # doctest: +SKIP
+        'high_precision'
+    """
+    data, root, source = read_document(path, error_cls=ContractError)
+    return validate_document(Contract, data, root, source, error_cls=ContractError)
+
+
+def parse_contract(text: str, *, source: str = "<contract>", json_text: bool = False) -> Contract:
+    """Validate contract text (YAML unless ``json_text``); errors name ``source`` as the file.
+
+    Example:
+        >>> parse_contract("version: 1\\nname: x\\ndefault: bf16\\nrules: "
+        ...                "[{kind: glob, namespace: hf, pattern: '*', format: bf16}]").name
+        'x'
+    """
+    data, root = _parse_text(text, source, json_text=json_text, error_cls=ContractError)
+    return validate_document(Contract, data, root, source, error_cls=ContractError)
+
+
+def read_document(
+    path: str | os.PathLike[str], *, error_cls: type[Fp4ConvertError]
+) -> tuple[Any, Node | None, str]:
+    """Read a YAML or JSON file safely: (data, YAML node tree for line numbers or None, source).
+
+    Raises:
+        error_cls: the file is missing, has another extension, or does not parse.
+    """
+    file = Path(path)
+    source = str(file)
+    if file.suffix.lower() not in _SUFFIXES:
+        raise error_cls(
+            f"{source}: unsupported file extension '{file.suffix}'",
+            hint=f"write the file as YAML or JSON with one of the extensions {', '.join(_SUFFIXES)}",
+            file=source,
+        )
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise error_cls(
+            f"{source}: cannot read the file: {reason}", hint="check the path", file=source
+        ) from exc
+    data, root = _parse_text(text, source, json_text=file.suffix.lower() == ".json", error_cls=error_cls)
+    return data, root, source
+
+
+def _parse_text(
+    text: str, source: str, *, json_text: bool, error_cls: type[Fp4ConvertError]
+) -> tuple[Any, Node | None]:
+    root: Node | None
+    if json_text:
+        # json.loads has JSON's exact number and string rules; the YAML composition (which
+        # parses nearly all JSON) only serves line numbers and the duplicate-key check.
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError:
+            root = None
+        if root is not None:
+            _reject_duplicate_keys(root, source, error_cls)
+        try:
+            return json.loads(text, object_pairs_hook=_json_object(source, error_cls)), root
+        except json.JSONDecodeError as exc:
+            raise error_cls(
+                f"{source}:{exc.lineno}: invalid JSON: {exc.msg}",
+                hint="fix the JSON syntax",
+                file=source,
+                line=exc.lineno,
+            ) from exc
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, None
+        _reject_duplicate_keys(root, source, error_cls)
+        return loader.construct_document(root), root
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise error_cls(
+            f"{source}:{line}: invalid YAML: {exc.problem or exc.context}",
+            hint="fix the YAML syntax (indentation, quotes, ':' after every key)",
+            file=source,
+            line=line,
+        ) from exc
+    finally:
+        loader.dispose()
+
+
+def _json_object(source: str, error_cls: type[Fp4ConvertError]) -> Any:
+    def build(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise error_cls(
+                    f"{source}: duplicate key '{key}'",
+                    hint="each key may appear once per object; remove one",
+                    file=source,
+                    field=key,
+                )
+            result[key] = value
+        return result
+
+    return build
+
+
+def _reject_duplicate_keys(node: Node, source: str, error_cls: type[Fp4ConvertError]) -> None:
+    if isinstance(node, MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, ScalarNode):
+                key, line = key_node.value, key_node.start_mark.line + 1
+                if key in seen:
+                    raise error_cls(
+                        f"{source}:{line}: duplicate key '{key}' (first on line {seen[key]})",
+                        hint="each key may appear once per mapping; remove one",
+                        file=source,
+                        line=line,
+                        field=key,
+                    )
+                seen[key] = line
+            _reject_duplicate_keys(value_node, source, error_cls)
+    elif isinstance(node, SequenceNode):
+        for item in node.value:
+            _reject_duplicate_keys(item, source, error_cls)
+
+
+def _locate(root: Node | None, loc: list[int | str]) -> Node | None:
+    """The node a location points at; the nearest existing ancestor when a key is missing.
+
+    For a mapping entry the *key* node is returned, so the line is where the field is written.
+    """
+    node = root
+    found = root
+    for part in loc:
+        if isinstance(node, MappingNode) and isinstance(part, str):
+            entry = next(
+                (kv for kv in node.value if isinstance(kv[0], ScalarNode) and kv[0].value == part), None
+            )
+            if entry is None:
+                break
+            found, node = entry
+        elif isinstance(node, SequenceNode) and isinstance(part, int) and part < len(node.value):
+            found = node = node.value[part]
+        else:
+            break
+    return found
+
+
+def _field_path(loc: list[int | str]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(document)"
+
+
+def _model_at(model: type[BaseModel], loc: list[int | str]) -> type[BaseModel] | None:
+    """The pydantic model class that validates the mapping at ``loc`` (for field suggestions)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if (
+            not (isinstance(current, type) and issubclass(current, BaseModel))
+            or part not in current.model_fields
+        ):
+            return None
+        current = _unwrap_model(current.model_fields[part].annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap_model(annotation: Any) -> Any:
+    # Look through Annotated / Optional / unions / tuples to the model class inside, if any.
+    origin = typing.get_origin(annotation)
+    if origin is None:
+        return annotation
+    for arg in typing.get_args(annotation):
+        inner = _unwrap_model(arg)
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            return inner
+    return None if origin in (typing.Union, types.UnionType) else annotation
+
+
+# Error types whose message already shows the offending value.
+_SHOWS_VALUE = frozenset({"exact_type", "duplicate_rule_name"})
+# Type errors where a quoted value ("8", "true") is the usual cause.
+_SCALAR_TYPE_ERRORS = frozenset({"int_type", "bool_type", "float_type", "exact_type"})
+
+
+def _describe(error: ErrorDetails, loc: list[int | str], model: type[BaseModel]) -> tuple[str, str]:
+    """(what is wrong, what to do) for one pydantic error."""
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    found = error.get("input")
+    key = ".".join(str(p) for p in loc if isinstance(p, str))
+    if kind == "extra_forbidden":
+        parent = _model_at(model, loc[:-1])
+        valid = list(parent.model_fields) if parent is not None else []
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+        guess = f"did you mean '{close[0]}'? " if close else ""
+        return f"unknown field '{loc[-1]}'", f"{guess}valid fields here: {', '.join(valid)}"
+    if kind == "missing":
+        return "required field is missing", _FIELD_HINTS.get(key, f"add `{loc[-1]}:`")
+    if kind == "literal_error":
+        if key in _FIELD_HINTS:
+            return f"found {found!r}, expected {ctx.get('expected')}", _FIELD_HINTS[key]
+        options = [
+            o.strip().strip("'") for o in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")
+        ]
+        close = difflib.get_close_matches(str(found), options, n=1)
+        guess = f"did you mean '{close[0]}'? " if close else ""
+        return f"found {found!r}, expected {ctx.get('expected')}", f"{guess}use one of {', '.join(options)}"
+    if kind == "invalid_pattern":
+        return f"{ctx.get('problem')}: {found!r}", _FIELD_HINTS["rules.pattern"]
+    if kind == "too_short" and key == "rules":
+        return "the rule set is empty", _FIELD_HINTS["rules"]
+    what = error["msg"][0].lower() + error["msg"][1:]
+    if kind in ("model_type", "dict_type") and found is None and not loc:
+        return "the file is empty", "write a contract mapping; `fp4convert contract schema` prints its form"
+    what = what.replace("a valid tuple", "a list")  # the file has lists; tuples are internal
+    if kind not in _SHOWS_VALUE:
+        shown = repr(found)
+        what = f"{what}, found {shown if len(shown) <= 60 else shown[:57] + '...'}"
+    if isinstance(found, str) and kind in _SCALAR_TYPE_ERRORS:
+        return what, "write the value without quotes"
+    return what, _FIELD_HINTS.get(key, "`fp4convert contract schema` prints the expected form")
+
+
+def validate_document(
+    model: type[Any], data: Any, root: Node | None, source: str, *, error_cls: type[Fp4ConvertError]
+) -> Any:
+    """Validate parsed data with a pydantic model; turn the first error into one ``error_cls``.
+
+    The error reported is the one earliest in the file; the message says how many more there are.
+
+    Raises:
+        error_cls: with ``file``, ``line`` and ``field`` set.
+    """
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        locs = [tuple(p for p in e["loc"] if p not in UNION_TAGS) for e in errors]
+        problems = []
+        for error, loc_key in zip(errors, locs, strict=True):
+            # An error on a container whose items also failed (pydantic then also reports e.g.
+            # "at least 1 item after validation" on the list) adds nothing: keep the deeper one.
+            if any(len(other) > len(loc_key) and other[: len(loc_key)] == loc_key for other in locs):
+                continue
+            loc = list(loc_key)
+            node = _locate(root, loc)
+            line = node.start_mark.line + 1 if node is not None else None
+            problems.append((line if line is not None else 1 << 30, loc, error))
+        problems.sort(key=lambda item: item[0])
+        line_key, loc, error = problems[0]
+        line = None if line_key == 1 << 30 else line_key
+        field = _field_path(loc)
+        what, hint = _describe(error, loc, model)
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        where = f"{source}:{line}" if line is not None else source
+        raise error_cls(
+            f"{where}: {field}: {what}{more}", hint=hint, file=source, line=line, field=field
+        ) from None
