@@ -1,0 +1,177 @@
+"""Entries and config readers shared by several families (checkpoint-formats.md sections 5.1-5.3).
+
+Every name is the TransformerEngine-spec Megatron-Core name (norms fused into the following Linear
+as ``layer_norm_weight``) next to the Hugging Face name. Layer entries are relative to the layer
+prefix (see :mod:`fp4convert.families._grammar`).
+"""
+
+from __future__ import annotations
+
+from fp4convert.errors import MappingError
+from fp4convert.families._config import ModelConfig
+from fp4convert.families._tables import QKV, Direct, GatedMLP, embedding, linear, norm, vector
+from fp4convert.inventory import Role
+
+__all__ = [
+    "DENSE_MLP",
+    "GLOBALS",
+    "GQA_ATTENTION",
+    "QK_NORM",
+    "ROUTED_EXPERTS",
+    "gqa_dims",
+    "model_features",
+]
+
+#: Embedding, final norm and (unless tied to the embedding) the output layer.
+GLOBALS = (
+    Direct("embedding.word_embeddings.weight", embedding("model.embed_tokens.weight")),
+    Direct("decoder.final_layernorm.weight", norm("model.norm.weight")),
+    Direct(
+        "output_layer.weight",
+        linear("lm_head.weight", ("vocab", "hidden"), Role.LM_HEAD),
+        requires=("lm_head",),
+    ),
+)
+
+#: Grouped-query attention with TE's fused input norm; q/k/v interleaved per query group (5.4).
+GQA_ATTENTION = (
+    Direct("self_attention.linear_qkv.layer_norm_weight", norm("input_layernorm.weight")),
+    QKV(
+        "self_attention.linear_qkv.weight",
+        q=linear("self_attn.q_proj.weight", ("q_size", "hidden"), Role.ATTENTION),
+        k=linear("self_attn.k_proj.weight", ("kv_size", "hidden"), Role.ATTENTION),
+        v=linear("self_attn.v_proj.weight", ("kv_size", "hidden"), Role.ATTENTION),
+    ),
+    # Qwen2 always, Llama / Qwen3 with attention_bias: the bias interleaves like the weight rows.
+    QKV(
+        "self_attention.linear_qkv.bias",
+        q=vector("self_attn.q_proj.bias", "q_size"),
+        k=vector("self_attn.k_proj.bias", "kv_size"),
+        v=vector("self_attn.v_proj.bias", "kv_size"),
+        requires=("qkv_bias",),
+    ),
+    Direct(
+        "self_attention.linear_proj.weight",
+        linear("self_attn.o_proj.weight", ("hidden", "q_size"), Role.ATTENTION),
+    ),
+    Direct(
+        "self_attention.linear_proj.bias", vector("self_attn.o_proj.bias", "hidden"), requires=("o_bias",)
+    ),
+)
+
+#: Qwen3's per-head q/k RMSNorm (size head_dim).
+QK_NORM = (
+    Direct("self_attention.q_layernorm.weight", norm("self_attn.q_norm.weight", "head_dim")),
+    Direct("self_attention.k_layernorm.weight", norm("self_attn.k_norm.weight", "head_dim")),
+)
+
+#: A dense SwiGLU MLP with TE's fused pre-MLP norm; fc1 = cat(gate, up).
+DENSE_MLP = (
+    Direct(
+        "mlp.linear_fc1.layer_norm_weight",
+        norm("post_attention_layernorm.weight"),
+        requires=("dense_mlp",),
+    ),
+    GatedMLP(
+        "mlp.linear_fc1.weight",
+        gate=linear("mlp.gate_proj.weight", ("intermediate", "hidden"), Role.DENSE_MLP),
+        up=linear("mlp.up_proj.weight", ("intermediate", "hidden"), Role.DENSE_MLP),
+        requires=("dense_mlp",),
+    ),
+    Direct(
+        "mlp.linear_fc2.weight",
+        linear("mlp.down_proj.weight", ("hidden", "intermediate"), Role.DENSE_MLP),
+        requires=("dense_mlp",),
+    ),
+)
+
+#: A routed-expert MoE block: its norm is not fused (Megatron's pre_mlp_layernorm), a router, and
+#: per-expert SwiGLU experts (TEGroupedMLP spelling; SequentialMLP is derived by the grammar).
+ROUTED_EXPERTS = (
+    Direct("pre_mlp_layernorm.weight", norm("post_attention_layernorm.weight"), requires=("moe",)),
+    Direct(
+        "mlp.router.weight",
+        linear("mlp.gate.weight", ("num_experts", "hidden"), Role.ROUTER),
+        requires=("moe",),
+    ),
+    GatedMLP(
+        "mlp.experts.linear_fc1.weight{expert}",
+        gate=linear(
+            "mlp.experts.{expert}.gate_proj.weight", ("moe_intermediate", "hidden"), Role.ROUTED_EXPERT
+        ),
+        up=linear("mlp.experts.{expert}.up_proj.weight", ("moe_intermediate", "hidden"), Role.ROUTED_EXPERT),
+        requires=("moe",),
+    ),
+    Direct(
+        "mlp.experts.linear_fc2.weight{expert}",
+        linear("mlp.experts.{expert}.down_proj.weight", ("hidden", "moe_intermediate"), Role.ROUTED_EXPERT),
+        requires=("moe",),
+    ),
+)
+
+
+def gqa_dims(config: ModelConfig) -> dict[str, int]:
+    """Dimensions of a Llama-style decoder: hidden, vocab, heads, head_dim, q/kv sizes, intermediate.
+
+    ``head_dim`` is read when present (Qwen3: 128 with hidden 2048 and 32 heads, so it must not be
+    derived) and derived as ``hidden_size / num_attention_heads`` otherwise.
+
+    Example:
+        >>> dims = gqa_dims(ModelConfig({"hidden_size": 64, "num_attention_heads": 4,
+        ...     "num_key_value_heads": 2, "vocab_size": 128, "intermediate_size": 96}))
+        >>> dims["head_dim"], dims["q_size"], dims["kv_size"]
+        (16, 64, 32)
+    """
+    hidden = config.get_int("hidden_size")
+    heads = config.get_int("num_attention_heads")
+    kv_heads = config.get_int("num_key_value_heads", default=heads)
+    head_dim = config.get_optional_int("head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise MappingError(
+                f"config.json: hidden_size {hidden} is not divisible by num_attention_heads {heads}",
+                hint="set head_dim explicitly",
+                field="head_dim",
+            )
+        head_dim = hidden // heads
+    if heads % kv_heads:
+        raise MappingError(
+            f"config.json: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
+            field="num_key_value_heads",
+        )
+    return {
+        "hidden": hidden,
+        "vocab": config.get_int("vocab_size"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "q_size": heads * head_dim,
+        "kv_size": kv_heads * head_dim,
+        "intermediate": config.get_int("intermediate_size"),
+    }
+
+
+def model_features(config: ModelConfig, *, qkv_bias: bool | None = None) -> set[str]:
+    """Model-wide features of a Llama-style family.
+
+    Args:
+        config: the model config.
+        qkv_bias: force q/k/v biases on (Qwen2 always has them, without an o_proj bias); None reads
+            ``attention_bias``, which adds biases to q/k/v and o_proj (Llama, Qwen3).
+
+    Returns:
+        ``{"lm_head" | "tied_embeddings"}`` plus ``"qkv_bias"`` / ``"o_bias"`` where present.
+    """
+    found = {"tied_embeddings" if config.get_flag("tie_word_embeddings", False) else "lm_head"}
+    if qkv_bias is None:
+        if config.get_flag("attention_bias", False):
+            found |= {"qkv_bias", "o_bias"}
+    elif qkv_bias:
+        found.add("qkv_bias")
+    if config.get_flag("mlp_bias", False):
+        raise MappingError(
+            "config.json sets mlp_bias: true; MLP biases are not mapped by any family yet",
+            hint="add the bias entries to the family table",
+            field="mlp_bias",
+        )
+    return found

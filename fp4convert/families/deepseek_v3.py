@@ -1,0 +1,189 @@
+"""DeepSeek-V3: MLA attention, dense first layers, routed + shared experts, MTP layers (section 5.3).
+
+- Layers ``< first_k_dense_replace`` have a dense MLP (TE fuses its norm into ``linear_fc1``); the
+  rest are MoE with a router (plus ``e_score_correction_bias``, float32 on disk), routed experts and
+  ``n_shared_experts`` shared experts fused into one MLP of width ``moe_intermediate * n_shared``.
+- MLA is not fused with the input norm: Megatron keeps ``input_layernorm``. TE fuses
+  ``q_a_layernorm`` / ``kv_a_layernorm`` into the following up-projection; the local spec's
+  ``q_layernorm`` / ``kv_layernorm`` spellings are read too.
+- ``q_lora_rank: null`` (DeepSeek-V2-Lite style) replaces q_a/q_b by a single ``q_proj``.
+- ``q_a_proj`` and ``kv_a_proj_with_mqa`` read the same normalized input and SGLang fuses them
+  (``fused_qkv_a_proj_with_mqa``), so they form one scale group although Megatron keeps them apart.
+- MTP layer ``k`` is HF ``model.layers.{num_hidden_layers + k}``: a full MoE decoder layer (Megatron
+  ``mtp.layers.k.mtp_model_layer``) plus enorm / hnorm / eh_proj / shared_head.norm, and copies of
+  the embedding and the output layer, which Megatron shares with the main model (Megatron-Bridge
+  ``deepseek/common.py``; Miles ``megatron_to_hf/deepseekv3.py``).
+"""
+
+from __future__ import annotations
+
+from fp4convert.errors import MappingError
+from fp4convert.families._common import DENSE_MLP, GLOBALS, ROUTED_EXPERTS
+from fp4convert.families._config import ModelConfig
+from fp4convert.families._tables import (
+    Direct,
+    Family,
+    FamilyKey,
+    GatedMLP,
+    HFTensor,
+    ScaleGroup,
+    SharedCopy,
+    embedding,
+    linear,
+    norm,
+    vector,
+)
+from fp4convert.inventory import FusedKind, Role
+
+__all__ = ["DEEPSEEK_V3"]
+
+_MLA_ATTENTION = (
+    Direct("input_layernorm.weight", norm("input_layernorm.weight")),
+    Direct(
+        "self_attention.linear_q_down_proj.weight",
+        linear("self_attn.q_a_proj.weight", ("q_lora_rank", "hidden"), Role.ATTENTION),
+        requires=("q_lora",),
+    ),
+    Direct(
+        "self_attention.linear_q_up_proj.layer_norm_weight",
+        norm("self_attn.q_a_layernorm.weight", "q_lora_rank"),
+        requires=("q_lora",),
+        aliases=("self_attention.q_layernorm.weight",),
+    ),
+    Direct(
+        "self_attention.linear_q_up_proj.weight",
+        linear("self_attn.q_b_proj.weight", ("q_head_size", "q_lora_rank"), Role.ATTENTION),
+        requires=("q_lora",),
+    ),
+    Direct(
+        "self_attention.linear_q_proj.weight",
+        linear("self_attn.q_proj.weight", ("q_head_size", "hidden"), Role.ATTENTION),
+        requires=("no_q_lora",),
+    ),
+    Direct(
+        "self_attention.linear_kv_down_proj.weight",
+        linear("self_attn.kv_a_proj_with_mqa.weight", ("kv_a_size", "hidden"), Role.ATTENTION),
+    ),
+    Direct(
+        "self_attention.linear_kv_up_proj.layer_norm_weight",
+        norm("self_attn.kv_a_layernorm.weight", "kv_lora_rank"),
+        aliases=("self_attention.kv_layernorm.weight",),
+    ),
+    Direct(
+        "self_attention.linear_kv_up_proj.weight",
+        linear("self_attn.kv_b_proj.weight", ("kv_b_size", "kv_lora_rank"), Role.MLA_PROJECTION),
+    ),
+    Direct(
+        "self_attention.linear_proj.weight",
+        linear("self_attn.o_proj.weight", ("hidden", "o_in"), Role.ATTENTION),
+    ),
+)
+
+_MOE_EXTRAS = (
+    Direct(
+        "mlp.router.expert_bias",
+        vector("mlp.gate.e_score_correction_bias", "num_experts", Role.ROUTER, dtype="float32"),
+        requires=("moe",),
+    ),
+    GatedMLP(
+        "mlp.shared_experts.linear_fc1.weight",
+        gate=linear(
+            "mlp.shared_experts.gate_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT
+        ),
+        up=linear("mlp.shared_experts.up_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
+        requires=("shared_experts",),
+    ),
+    Direct(
+        "mlp.shared_experts.linear_fc2.weight",
+        linear("mlp.shared_experts.down_proj.weight", ("hidden", "shared_intermediate"), Role.SHARED_EXPERT),
+        requires=("shared_experts",),
+    ),
+)
+
+_MTP_GLUE = (
+    Direct("enorm.weight", norm("enorm.weight", role=Role.MTP)),
+    Direct("hnorm.weight", norm("hnorm.weight", role=Role.MTP)),
+    Direct("eh_proj.weight", linear("eh_proj.weight", ("hidden", "eh_in"), Role.MTP)),
+    Direct("final_layernorm.weight", norm("shared_head.norm.weight", role=Role.MTP)),
+    SharedCopy(embedding("embed_tokens.weight", role=Role.MTP), megatron="embedding.word_embeddings.weight"),
+    SharedCopy(
+        HFTensor("shared_head.head.weight", ("vocab", "hidden"), Role.MTP, gemm=True),
+        megatron="output_layer.weight",
+        requires=("lm_head",),
+    ),
+    SharedCopy(
+        HFTensor("shared_head.head.weight", ("vocab", "hidden"), Role.MTP, gemm=True),
+        megatron="embedding.word_embeddings.weight",
+        requires=("tied_embeddings",),
+    ),
+)
+
+
+def _dims(config: ModelConfig) -> dict[str, int]:
+    heads = config.get_int("num_attention_heads")
+    nope = config.get_int("qk_nope_head_dim")
+    rope = config.get_int("qk_rope_head_dim")
+    v_head = config.get_int("v_head_dim")
+    kv_lora_rank = config.get_int("kv_lora_rank")
+    hidden = config.get_int("hidden_size")
+    moe_intermediate = config.get_int("moe_intermediate_size")
+    dims = {
+        "hidden": hidden,
+        "vocab": config.get_int("vocab_size"),
+        "intermediate": config.get_int("intermediate_size"),
+        "moe_intermediate": moe_intermediate,
+        "num_experts": config.get_int("n_routed_experts"),
+        "shared_intermediate": moe_intermediate * config.get_int("n_shared_experts", default=0),
+        "q_head_size": heads * (nope + rope),
+        "kv_lora_rank": kv_lora_rank,
+        "kv_a_size": kv_lora_rank + rope,
+        "kv_b_size": heads * (nope + v_head),
+        "o_in": heads * v_head,
+        "eh_in": 2 * hidden,
+    }
+    q_lora_rank = config.get_optional_int("q_lora_rank")
+    if q_lora_rank is not None:
+        dims["q_lora_rank"] = q_lora_rank
+    return dims
+
+
+def _features(config: ModelConfig, layer: int | None) -> frozenset[str]:
+    if config.get_flag("attention_bias", False):
+        raise MappingError(
+            "config.json sets attention_bias: true for DeepSeek-V3; MLA biases are not mapped",
+            hint="add the bias entries to the DeepSeek-V3 table",
+            field="attention_bias",
+        )
+    found = {
+        "tied_embeddings" if config.get_flag("tie_word_embeddings", False) else "lm_head",
+        "no_q_lora" if config.get_optional_int("q_lora_rank") is None else "q_lora",
+    }
+    if layer is not None:
+        if layer < config.get_int("first_k_dense_replace", default=0):
+            found.add("dense_mlp")
+        else:
+            found.add("moe")
+            if config.get_int("n_shared_experts", default=0) > 0:
+                found.add("shared_experts")
+    return frozenset(found)
+
+
+DEEPSEEK_V3 = Family(
+    key=FamilyKey.DEEPSEEK_V3,
+    architectures=("DeepseekV3ForCausalLM",),
+    model_types=("deepseek_v3",),
+    global_entries=GLOBALS,
+    layer_entries=(*_MLA_ATTENTION, *DENSE_MLP, *ROUTED_EXPERTS, *_MOE_EXTRAS),
+    dims=_dims,
+    features=_features,
+    mtp_glue_entries=_MTP_GLUE,
+    scale_groups=(
+        ScaleGroup(
+            FusedKind.MLA_QA_KVA,
+            members=("self_attn.q_a_proj.weight", "self_attn.kv_a_proj_with_mqa.weight"),
+            requires=("q_lora",),
+        ),
+    ),
+    mtp_layers_key="num_nextn_predict_layers",
+    num_experts_dim="num_experts",
+)

@@ -1,0 +1,24 @@
+"""Qwen3 dense: Llama layout plus per-head q/k RMSNorm; head_dim is explicit (checkpoint-formats.md 5.1)."""
+
+from __future__ import annotations
+
+from fp4convert.families._common import DENSE_MLP, GLOBALS, GQA_ATTENTION, QK_NORM, gqa_dims, model_features
+from fp4convert.families._config import ModelConfig
+from fp4convert.families._tables import Family, FamilyKey
+
+__all__ = ["QWEN3"]
+
+
+def _features(config: ModelConfig, layer: int | None) -> frozenset[str]:
+    return frozenset(model_features(config) | {"dense_mlp"})
+
+
+QWEN3 = Family(
+    key=FamilyKey.QWEN3,
+    architectures=("Qwen3ForCausalLM",),
+    model_types=("qwen3",),
+    global_entries=GLOBALS,
+    layer_entries=(*GQA_ATTENTION, *QK_NORM, *DENSE_MLP),
+    dims=gqa_dims,
+    features=_features,
+)
