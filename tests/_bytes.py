@@ -15,9 +15,9 @@ def from_hex(text: str) -> torch.Tensor:
 
 
 def assert_bytes_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    a = actual.contiguous().view(torch.uint8).cpu()
-    e = expected.contiguous().view(torch.uint8).cpu()
-    assert a.shape == e.shape, f"shape {tuple(a.shape)} != {tuple(e.shape)}"
+    a = actual.reshape(-1).contiguous().view(torch.uint8).cpu()
+    e = expected.reshape(-1).contiguous().view(torch.uint8).cpu()
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     if not torch.equal(a, e):
         diff = (a != e).nonzero()
         first = tuple(diff[0].tolist())
