@@ -20,7 +20,7 @@ DEBUG_ENV = "FP4CONVERT_DEBUG"
 
 # (module under fp4convert.cli, attribute): one line per command or command group.
 _COMMANDS: tuple[tuple[str, str], ...] = (
-    # ("golden", "golden"),  enabled once fp4convert.cli.golden exists
+    ("golden", "golden"),
 )
 
 
