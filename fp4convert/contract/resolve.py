@@ -54,11 +54,13 @@ from fp4convert.inventory import ModelInventory, Role, TensorInfo
 
 __all__ = [
     "ALL_NAMESPACES",
+    "FUSED_CONFLICT_HINT",
     "Decision",
     "Explanation",
     "RuleMatch",
     "decide",
     "decide_all",
+    "describe_conflict",
     "explain",
     "fused_conflicts",
     "megatron_module_path",
@@ -255,6 +257,7 @@ def _check_unambiguous(tensor: TensorInfo, ranked: list[tuple[tuple[int, int], i
                 "or give both the same format",
                 tensor=tensor.name,
                 field=f"rules[{index}]",
+                reason="ambiguous-rules",
             )
 
 
@@ -331,6 +334,7 @@ def resolve(
             hint="add a rule that matches it, or set `default:` to a format",
             tensor=tensor.name,
             field="rules",
+            reason="uncovered-tensor",
         )
     return _decision(contract, tensor, found, outranked=max(len(ranked) - 1, 0)), tuple(notes)
 
@@ -401,6 +405,11 @@ def fused_conflicts(
     ]
 
 
+FUSED_CONFLICT_HINT = (
+    "the engines run fused siblings as one GEMM: put every sibling under the same rule or exception"
+)
+
+
 def describe_conflict(group: str, members: tuple[TensorInfo, ...], decisions: dict[str, Decision]) -> str:
     """``a=nvfp4 (rules[0]), b=bf16 (bf16_exceptions...)`` for one conflicting fused group."""
     parts = ", ".join(f"{m.name}={decisions[m.name].format} ({decisions[m.name].rule})" for m in members)
@@ -438,10 +447,10 @@ def decide_all(contract: Contract, inventory: ModelInventory) -> dict[str, Decis
         group, members = conflicts[0]
         raise ContractError(
             describe_conflict(group, members, decisions),
-            hint="the engines run fused siblings as one GEMM: put every sibling under the same rule "
-            "or exception",
+            hint=FUSED_CONFLICT_HINT,
             tensor=group,
             field="rules",
+            reason="fused-format-mismatch",
         )
     return decisions
 
