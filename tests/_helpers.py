@@ -1,4 +1,4 @@
-"""Shared helpers for the numeric-core tests: every equality is on uint8 bytes."""
+"""Shared test helpers: byte comparisons (every equality is on uint8 bytes) and test data."""
 
 from __future__ import annotations
 
@@ -25,3 +25,26 @@ def assert_bytes_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
             f"{diff.shape[0]} of {a.numel()} bytes differ; first at {first}: "
             f"{a[first].item():#04x} != {e[first].item():#04x}"
         )
+
+
+def adversarial(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Wide exponent spread, E2M1/E4M3 rounding ties, zeros of both signs, NaN, inf, subnormals."""
+    g = torch.Generator().manual_seed(seed)
+    mant = torch.randn(shape, generator=g)
+    exps = torch.randint(-12, 12, shape, generator=g)
+    x = torch.ldexp(mant, exps)
+    grid = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 3.0])
+    pick = torch.rand(shape, generator=g)
+    ties = grid[torch.randint(0, len(grid), shape, generator=g)] * torch.ldexp(
+        torch.ones(shape), torch.randint(-3, 3, shape, generator=g)
+    )
+    x = torch.where(pick < 0.3, ties, x)
+    x = torch.where((pick > 0.30) & (pick < 0.32), torch.zeros(shape), x)
+    x = torch.where((pick > 0.32) & (pick < 0.34), torch.full(shape, -0.0), x)
+    if dtype == torch.float32:
+        tiny = torch.finfo(torch.float32).tiny
+        x = torch.where((pick > 0.34) & (pick < 0.35), mant * tiny * 0.1, x)
+    x = x.to(dtype)
+    flat = x.view(-1)
+    flat[::997] = float("nan")
+    return x

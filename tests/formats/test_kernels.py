@@ -6,36 +6,13 @@ import importlib.util
 
 import pytest
 import torch
-from _bytes import assert_bytes_equal
+from _helpers import adversarial, assert_bytes_equal
 
 from fp4convert.formats import kernels
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import quantize_nvfp4
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-
-
-def adversarial(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
-    """Wide exponent spread, E2M1/E4M3 rounding ties, zeros of both signs, NaN, inf, subnormals."""
-    g = torch.Generator().manual_seed(seed)
-    mant = torch.randn(shape, generator=g)
-    exps = torch.randint(-12, 12, shape, generator=g)
-    x = torch.ldexp(mant, exps)
-    grid = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 3.0])
-    pick = torch.rand(shape, generator=g)
-    ties = grid[torch.randint(0, len(grid), shape, generator=g)] * torch.ldexp(
-        torch.ones(shape), torch.randint(-3, 3, shape, generator=g)
-    )
-    x = torch.where(pick < 0.3, ties, x)
-    x = torch.where((pick > 0.30) & (pick < 0.32), torch.zeros(shape), x)
-    x = torch.where((pick > 0.32) & (pick < 0.34), torch.full(shape, -0.0), x)
-    if dtype == torch.float32:
-        tiny = torch.finfo(torch.float32).tiny
-        x = torch.where((pick > 0.34) & (pick < 0.35), mant * tiny * 0.1, x)
-    x = x.to(dtype)
-    flat = x.view(-1)
-    flat[::997] = float("nan")
-    return x
 
 
 def test_native_kernel_required():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _bytes import assert_bytes_equal
+from _helpers import assert_bytes_equal
 
 from fp4convert.errors import FormatError
 from fp4convert.formats import dequantize

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from _bytes import assert_bytes_equal
+from _helpers import assert_bytes_equal
 
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import quantize_nvfp4

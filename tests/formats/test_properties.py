@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from _bytes import assert_bytes_equal
+from _helpers import assert_bytes_equal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

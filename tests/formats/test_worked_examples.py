@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _bytes import assert_bytes_equal, from_hex, hexbytes
+from _helpers import assert_bytes_equal, from_hex, hexbytes
 
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import quantize_nvfp4

@@ -1,0 +1,77 @@
+"""CUDA == CPU, byte for byte. Runs only where a GPU is present (a skip is not a pass)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from _helpers import adversarial, assert_bytes_equal
+
+from fp4convert.formats import kernels
+from fp4convert.formats.mxfp8 import quantize_mxfp8
+from fp4convert.formats.nvfp4 import quantize_nvfp4
+from fp4convert.verify import golden
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
+
+
+def test_golden_fixtures_on_cuda():
+    results = list(golden.verify(GOLDEN, device="cuda"))
+    bad = [r for r in results if not r.equal]
+    assert not bad, bad[:3]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt"])
+@pytest.mark.parametrize("scope", ["tensor", "row"])
+def test_nvfp4_cuda_equals_cpu(dtype, profile, scope):
+    x = adversarial((2048, 4096), dtype, seed=11)
+    cpu = quantize_nvfp4(x, profile=profile, scope=scope, columnwise=True)
+    gpu = quantize_nvfp4(x.cuda(), profile=profile, scope=scope, columnwise=True)
+    for field in ("data", "scale", "amax", "data_t", "scale_t", "amax_t"):
+        assert_bytes_equal(getattr(gpu, field), getattr(cpu, field))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_nvfp4_cuda_16x16_and_experts(dtype):
+    x = adversarial((8, 256, 512), dtype, seed=12)
+    for kwargs in ({"tile": "16x16"}, {"scope": "expert"}):
+        cpu = quantize_nvfp4(x, **kwargs)
+        gpu = quantize_nvfp4(x.cuda(), **kwargs)
+        assert_bytes_equal(gpu.data, cpu.data)
+        assert_bytes_equal(gpu.scale, cpu.scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("axis", ["row", "col"])
+def test_mxfp8_cuda_equals_cpu(dtype, axis):
+    x = adversarial((2048, 4096), dtype, seed=13)
+    cpu = quantize_mxfp8(x, axis=axis)
+    gpu = quantize_mxfp8(x.cuda(), axis=axis)
+    assert_bytes_equal(gpu.data, cpu.data)
+    assert_bytes_equal(gpu.scale, cpu.scale)
+
+
+def test_cuda_eager_reference_equals_cpu_reference():
+    x = adversarial((256, 1024), torch.bfloat16, seed=14)
+    cpu = quantize_nvfp4(x, backend="reference")
+    gpu = quantize_nvfp4(x.cuda(), backend="reference")
+    assert_bytes_equal(gpu.data, cpu.data)
+    assert_bytes_equal(gpu.scale, cpu.scale)
+
+
+def test_large_random_weight_cuda_equals_cpu():
+    x = torch.randn(4096, 14336, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    assert_bytes_equal(quantize_nvfp4(x.cuda()).data, quantize_nvfp4(x).data)
+    assert_bytes_equal(quantize_mxfp8(x.cuda()).data, quantize_mxfp8(x).data)
+
+
+def test_flashinfer_gate_matches_this_device():
+    import importlib.util
+
+    major, _ = torch.cuda.get_device_capability()
+    installed = importlib.util.find_spec("flashinfer") is not None
+    assert kernels.flashinfer_quantize_usable() is (major >= 10 and installed)
