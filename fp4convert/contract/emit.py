@@ -195,10 +195,10 @@ def _te_yaml(contract: Contract) -> Emitted:
     used = {fmt for _, _, fmt in matchers}
     for fmt in ("nvfp4", "mxfp8", "bf16"):
         if fmt in used:
-            recipe = _TE_RECIPES[fmt]
-            lines.append(
-                f"  {fmt}: {{transformer_engine_config_type: TEQuantizationParams, training_recipe: {recipe}}}"
+            config = (
+                f"transformer_engine_config_type: TEQuantizationParams, training_recipe: {_TE_RECIPES[fmt]}"
             )
+            lines.append(f"  {fmt}: {{{config}}}")
     lines.append("matchers:")
     for key, glob, fmt in matchers:
         # json.dumps gives a double-quoted scalar that YAML reads back unchanged.

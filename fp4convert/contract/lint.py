@@ -15,7 +15,10 @@ Without a model (checks on the contract alone):
 With a model, every tensor is resolved, and:
 
 * ``uncovered-tensor`` / ``ambiguous-rules`` / ``layer-out-of-range`` (errors): resolution failed.
-* ``rule-never-matches`` / ``rule-never-wins`` (warnings): dead rules for this model.
+* ``rule-never-matches`` (warning): a rule matches no tensor of this model.
+* ``rule-always-overridden`` (warning): a rule matches tensors but none of them gets its format
+  (exceptions or more specific rules decide all of them). A rule that agrees with the decision,
+  such as the Megatron mirror of an HF rule, is not overridden.
 * ``shape-not-divisible`` (error): a quantized tensor whose shape does not divide into its blocks;
   ``shape-unknown`` (warning) when the model gives no shape.
 * ``mla-1d-blocks`` (error): an MLA projection gets 1-D blocks.
@@ -237,10 +240,12 @@ class _ModelLint:
 
     def rule_usage(self) -> list[Finding]:
         matched: set[str] = set()
-        won: set[str] = set()
+        honoured: set[str] = set()  # rules whose format some matching tensor actually gets
         for decision in self.decisions.values():
-            matched.update(m.rule for m in decision.matched)
-            won.add(decision.rule)
+            for match in decision.matched:
+                matched.add(match.rule)
+                if match.format == decision.format:
+                    honoured.add(match.rule)
         findings = []
         for index, rule in enumerate(self.contract.rules):
             rule_id = f"rules[{index}]"
@@ -248,10 +253,12 @@ class _ModelLint:
                 message = f"{rule_id} ({rule.label}) matches no tensor of this model"
                 hint = "check the pattern and its namespace, or drop the rule"
                 findings.append(Finding("warning", "rule-never-matches", message, hint, rule=rule_id))
-            elif rule_id not in won:
-                message = f"{rule_id} ({rule.label}) matches tensors but never decides one"
-                hint = "an exception or a more specific rule always wins; drop it or narrow the others"
-                findings.append(Finding("warning", "rule-never-wins", message, hint, rule=rule_id))
+            elif rule_id not in honoured:
+                message = f"{rule_id} ({rule.label}) matches tensors, but none of them gets {rule.format}"
+                hint = (
+                    "exceptions or more specific rules override it everywhere; drop it or narrow the others"
+                )
+                findings.append(Finding("warning", "rule-always-overridden", message, hint, rule=rule_id))
         return findings
 
     def fused(self) -> None:

@@ -3,8 +3,9 @@
 Three sources, tried in this order:
 
 * a checkpoint directory -> ``fp4convert.families.inventory_from_checkpoint(dir)``;
-* a ``config.json`` (a JSON/YAML mapping with ``model_type`` or ``architectures``) ->
-  ``fp4convert.families.inventory_from_config(path)``;
+* a ``config.json`` (a JSON/YAML mapping with ``model_type`` or ``architectures``), or the name of
+  a config shipped with fp4convert (``DeepSeek-V3``, ``Qwen3-30B-A3B``...) ->
+  ``fp4convert.families.inventory_from_config``;
 * a tensor list file, JSON or YAML: either a list ``[{name, shape, dtype?, role?, layer?, ...}]``
   or a mapping ``{num_layers?, num_mtp_layers?, family?, tensors: [...]}``.
 
@@ -128,7 +129,7 @@ def _from_families(function_name: str, path: Path, what: str) -> ModelInventory:
             hint="pass a tensor list file instead: a JSON/YAML list of {name, shape, role?, layer?}",
             file=str(path),
         )
-    inventory: ModelInventory = function(path)
+    inventory: ModelInventory = function(path if path.exists() else str(path))
     return inventory
 
 
@@ -136,7 +137,7 @@ def load_model_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     """Load ``--model``: a checkpoint directory, a config.json, or a tensor list file.
 
     Args:
-        path: the directory or file.
+        path: the directory or file, or the name of a config shipped with fp4convert.
 
     Returns:
         The model inventory.
@@ -154,6 +155,8 @@ def load_model_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     if file.is_dir():
         return _from_families("inventory_from_checkpoint", file, "checkpoint directory")
     if not file.exists():
+        if family_function("inventory_from_config") is not None:
+            return _from_families("inventory_from_config", file, "shipped config")  # e.g. "DeepSeek-V3"
         raise MappingError(
             f"{file}: no such file or directory", hint="check the --model path", file=str(file)
         )

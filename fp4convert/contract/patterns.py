@@ -107,6 +107,7 @@ def matches(kind: MatchKind, pattern: str, name: str) -> bool:
     return _compiled(kind, pattern).fullmatch(name) is not None
 
 
+@lru_cache(maxsize=4096)
 def literal_length(kind: MatchKind, pattern: str) -> int:
     """Characters a name must contain literally for ``pattern`` to match: the specificity score.
 

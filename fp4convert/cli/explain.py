@@ -1,0 +1,73 @@
+"""``fp4convert explain FILE TENSOR_NAME``: why a tensor gets its format under a contract."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fp4convert.cli.contract import CONTRACT_FILE, JSON_OPTION, MODEL_OPTION, load_model
+from fp4convert.contract import Explanation, load_contract
+
+__all__ = ["explain"]
+
+
+def _tensor_lines(explanation: Explanation) -> list[str]:
+    tensor, decision = explanation.tensor, explanation.decision
+    where = [tensor.role.value]
+    if tensor.layer is not None:
+        where.append(f"{'MTP ' if tensor.is_mtp else ''}layer {tensor.layer}")
+    if tensor.expert is not None:
+        where.append(f"expert {tensor.expert}")
+    lines = [f"tensor    {tensor.name}"]
+    if tensor.megatron_name and tensor.megatron_name != tensor.name:
+        lines.append(f"megatron  {tensor.megatron_name}")
+    lines.append(f"role      {', '.join(where)}")
+    if tensor.fused_group is not None:
+        kind = tensor.fused_kind.value if tensor.fused_kind is not None else "fused"
+        if decision.fused_group is not None:
+            scale = "one outer scale for the group"
+        elif decision.format == "bf16":
+            scale = "bf16, no outer scale"
+        else:
+            scale = f"outer scale not shared: fused_groups.{kind} is false"
+        lines.append(f"fused     {tensor.fused_group} ({kind}; {scale})")
+    lines += [f"format    {decision.format}", f"reason    {decision.reason}"]
+    return lines
+
+
+def render(explanation: Explanation) -> str:
+    """The human form of an explanation (what ``explain`` prints without ``--json``)."""
+    matched = explanation.decision.matched
+    lines = _tensor_lines(explanation)
+    lines.append("matched, in precedence order (* won):")
+    width = max(len(m.rule) for m in matched)
+    for position, match in enumerate(matched):
+        marker = "*" if position == 0 else " "
+        lines.append(f"  {marker} {match.rule:<{width}}  {match.format:<5}  {match.detail}")
+    lines += [f"note: {note}" for note in explanation.notes]
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("file", type=CONTRACT_FILE)
+@click.argument("tensor_name")
+@MODEL_OPTION
+@click.option(
+    "--namespace",
+    type=click.Choice(["hf", "megatron"]),
+    default=None,
+    help="Evaluate only this naming scheme's rules and name exceptions (what one engine sees). "
+    "Without a model or family, it also says which scheme TENSOR_NAME is in (default hf).",
+)
+@JSON_OPTION
+def explain(file: Path, tensor_name: str, model: str | None, namespace: str | None, as_json: bool) -> None:
+    """Explain the format FILE gives TENSOR_NAME (an HF or Megatron name): every entry that matched it,
+    in precedence order, and the one that won."""
+    explanation = load_contract(file).explain(
+        tensor_name,
+        load_model(model),
+        namespace=namespace,  # type: ignore[arg-type]  # click.Choice guarantees a Namespace
+    )
+    click.echo(json.dumps(explanation.to_dict(), indent=2) if as_json else render(explanation))
