@@ -219,8 +219,12 @@ def _append_deepseek_mtp(directory: Path, key: str, seed: int) -> None:
             tensors[name] = tensor
     shutil.rmtree(deeper_dir)
     generator = torch.Generator().manual_seed(seed + 2)
-    glue_shapes = {"enorm.weight": (hidden,), "hnorm.weight": (hidden,), "eh_proj.weight": (hidden, 2 * hidden)}
-    glue_shapes["shared_head.norm.weight"] = (hidden,)
+    glue_shapes = {
+        "enorm.weight": (hidden,),
+        "hnorm.weight": (hidden,),
+        "eh_proj.weight": (hidden, 2 * hidden),
+        "shared_head.norm.weight": (hidden,),
+    }
     for name, shape in glue_shapes.items():
         tensors[prefix + name] = torch.randn(shape, generator=generator).to(torch.bfloat16)
     tensors[prefix + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()

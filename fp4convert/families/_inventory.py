@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from fp4convert.errors import MappingError
+from fp4convert.families._builtin import REGISTRY, family_for_config, get_family
 from fp4convert.families._config import load_config
 from fp4convert.families._headers import read_checkpoint_headers
 from fp4convert.families._mapper import Match, NameMapper
-from fp4convert.families._registry import FamilyRegistry
 from fp4convert.families._tables import Family, FamilyKey
 from fp4convert.inventory import ModelInventory, TensorInfo
 
-__all__ = ["describe_with", "inventory_from_checkpoint_with", "inventory_from_config_with"]
+__all__ = ["describe_name", "inventory_from_checkpoint", "inventory_from_config", "model_dtype"]
 
 
 def model_dtype(config: Mapping[str, Any]) -> str:
@@ -24,12 +24,29 @@ def model_dtype(config: Mapping[str, Any]) -> str:
     return str(value).removeprefix("torch.")
 
 
-def inventory_from_config_with(
-    registry: FamilyRegistry, source: str | Path | Mapping[str, Any]
-) -> ModelInventory:
-    """Implementation of :func:`fp4convert.families.inventory_from_config`."""
+def inventory_from_config(source: str | Path | Mapping[str, Any]) -> ModelInventory:
+    """Every tensor of a model, from its config.json alone (no weights).
+
+    Args:
+        source: a parsed config, a config.json path, a checkpoint directory, or a shipped config name
+            (:func:`shipped_config_names`).
+
+    Returns:
+        The inventory: embedding, then each decoder layer, then MTP layers, then the final norm and
+        lm_head; experts expanded; shapes from the config; dtype from ``torch_dtype`` (or the fixed
+        dtype a family declares, e.g. DeepSeek's float32 ``e_score_correction_bias``).
+
+    Raises:
+        MappingError: unsupported model, or a field the family needs is missing.
+        CheckpointError: the config file cannot be read.
+
+    Example:
+        >>> inv = inventory_from_config("Qwen3-30B-A3B")
+        >>> inv.family, inv.num_layers, len(inv)
+        ('qwen3_moe', 48, 18867)
+    """
     config = load_config(source)
-    family = registry.for_config(config)
+    family = family_for_config(config)
     mapper = NameMapper(family, config)
     dtype = model_dtype(config)
     tensors = []
@@ -46,10 +63,28 @@ def inventory_from_config_with(
     )
 
 
-def inventory_from_checkpoint_with(registry: FamilyRegistry, directory: str | Path) -> ModelInventory:
-    """Implementation of :func:`fp4convert.families.inventory_from_checkpoint`."""
+def inventory_from_checkpoint(directory: str | Path) -> ModelInventory:
+    """Every tensor of a checkpoint directory, classified, from its config.json and safetensors headers.
+
+    Reads only headers (``safe_open`` metadata): no tensor data is loaded and nothing is unpickled.
+
+    Args:
+        directory: holds config.json and ``model.safetensors`` (or an index and shards).
+
+    Returns:
+        The inventory in checkpoint order with on-disk shapes and dtypes; ``num_mtp_layers`` counts
+        the MTP layers actually present.
+
+    Raises:
+        MappingError: a tensor is not part of the family, or is ambiguous.
+        CheckpointError: files are missing or unreadable.
+
+    Example:
+        >>> inventory_from_checkpoint("path/to/Qwen3-8B").num_layers  # doctest: +SKIP
+        36
+    """
     config = load_config(Path(directory))
-    family = registry.for_config(config)
+    family = family_for_config(config)
     mapper = NameMapper(family, config)
     tensors = []
     for name, (shape, dtype) in read_checkpoint_headers(directory).items():
@@ -106,24 +141,55 @@ def _unmapped_hint(mapper: NameMapper, name: str) -> str:
     return f"see `get_family({mapper.family.key.value!r}).describe()` for the names this family maps"
 
 
-def describe_with(
-    registry: FamilyRegistry,
+def describe_name(
     name: str,
-    config: Mapping[str, Any] | None,
-    family: str | FamilyKey | Family | None,
+    config: Mapping[str, Any] | None = None,
+    *,
+    family: str | FamilyKey | Family | None = None,
 ) -> TensorInfo:
-    """Implementation of :func:`fp4convert.families.describe_name`."""
+    """Classify one HF or Megatron-Core name without loading a model.
+
+    With ``config`` the name is checked against that model (layer range, dense/MoE layers, MTP
+    layers, tied embeddings) and must match exactly one entry. Without it every family is tried
+    (or only ``family``): role, layer, expert and MTP-ness must agree across the candidates, and the
+    Megatron name / fused group are given only where they agree (HF ``q_proj`` is fused into
+    ``linear_qkv`` for Llama but not for DeepSeek). Without a config an HF layer past the decoder is
+    taken as a decoder layer unless the name is MTP glue (``enorm``, ``eh_proj`` ...), and Megatron
+    MTP names cannot be resolved.
+
+    For a fused Megatron tensor (``linear_qkv``, ``linear_fc1``) the description is that of its first
+    HF piece (q, gate); siblings share role, layer, expert and fused group. Megatron expert ids are
+    taken as global (EP rank 0). The shape is ``()``.
+
+    Args:
+        name: an HF name (``model.layers.3.self_attn.q_proj.weight``) or a Megatron-Core name
+            (``decoder.layers.3.self_attention.linear_qkv.weight``, ``module.`` wrappers allowed).
+        config: the model's parsed config.json, if known.
+        family: restrict a config-free lookup to one family (or override the config's family).
+
+    Returns:
+        The :class:`TensorInfo` (name = HF name).
+
+    Raises:
+        MappingError: unmapped or ambiguous name.
+
+    Example:
+        >>> describe_name("decoder.layers.0.mlp.experts.linear_fc2.weight5").name
+        'model.layers.0.mlp.experts.5.down_proj.weight'
+        >>> describe_name("model.layers.2.self_attn.kv_b_proj.weight").role.value
+        'mla_projection'
+    """
     if config is not None:
-        chosen = registry.get(family) if family is not None else registry.for_config(config)
+        chosen = get_family(family) if family is not None else family_for_config(config)
         return _describe_unique(NameMapper(chosen, config), name)
-    families = [registry.get(family)] if family is not None else list(registry)
+    families = [get_family(family)] if family is not None else list(REGISTRY)
     infos: list[TensorInfo] = []
     for candidate in families:
         mapper = NameMapper(candidate, None)
         infos.extend(mapper.describe(match) for match in _matches(mapper, name))
     if not infos:
         raise MappingError(
-            f"tensor `{name}` is not a tensor of any supported family ({', '.join(registry.keys())})",
+            f"tensor `{name}` is not a tensor of any supported family ({', '.join(REGISTRY.keys())})",
             hint="pass config= (or family=) to check it against one model",
             tensor=name,
         )

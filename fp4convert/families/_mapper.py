@@ -306,6 +306,37 @@ class NameMapper:
                 tensor=tensor.name,
             ) from None
 
+    # -- tensors Megatron shares with the MTP layers ---------------------------------------------------
+
+    def shared_copy_source(self, match: Match) -> str:
+        """The HF name of the tensor a :class:`SharedCopy` match copies (``model.embed_tokens.weight``)."""
+        entry = match.entry
+        if not isinstance(entry, SharedCopy):
+            raise MappingError(f"`{self.hf_name(match)}` is not a shared copy", tensor=self.hf_name(match))
+        for owner in self.family.global_entries:
+            if not isinstance(owner, SharedCopy) and owner.megatron == entry.megatron:
+                return owner.pieces[0].name
+        raise MappingError(
+            f"family {self.family.key.value}: no global entry holds `{entry.megatron}`",
+            hint="this is a bug in the family table",
+        )
+
+    def shared_copy_names(self, megatron_name: str) -> list[str]:
+        """HF names of the MTP copies of a global Megatron tensor (``[]`` for any other name)."""
+        if self.num_layers is None:
+            return []
+        names = []
+        for k in range(self.num_mtp_layers):
+            hf_layer = self.num_layers + k
+            for entry in self.family.mtp_glue_entries:
+                if (
+                    isinstance(entry, SharedCopy)
+                    and entry.megatron == megatron_name
+                    and self.is_active(entry.requires, hf_layer)
+                ):
+                    names.append(hf_layer_prefix(hf_layer) + entry.hf.name)
+        return names
+
     # -- every tensor of the model --------------------------------------------------------------------
 
     def iter_hf(self) -> Iterator[tuple[Match, int]]:

@@ -3,11 +3,15 @@ published parameter counts."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 
 from fp4convert.errors import CheckpointError, MappingError
 from fp4convert.families import (
@@ -43,13 +47,17 @@ def _on_disk(directory: Path) -> dict[str, tuple[tuple[int, ...], str]]:
 
 
 @pytest.mark.parametrize("key", TINY_KEYS)
-def test_config_inventory_equals_the_saved_checkpoint(key: str, tiny_checkpoint: Callable[[str], Path]) -> None:
+def test_config_inventory_equals_the_saved_checkpoint(
+    key: str, tiny_checkpoint: Callable[[str], Path]
+) -> None:
     directory = tiny_checkpoint(key)
     disk = _on_disk(directory)
     inventory = inventory_from_config(directory / "config.json")
     listed = {t.name: (t.shape, t.dtype) for t in inventory}
     assert len(listed) == len(inventory), "duplicate names in the inventory"
-    assert {name: shape for name, (shape, _) in listed.items()} == {name: shape for name, (shape, _) in disk.items()}
+    assert {name: shape for name, (shape, _) in listed.items()} == {
+        name: shape for name, (shape, _) in disk.items()
+    }
     # dtypes too, with one documented difference: transformers keeps DeepSeek's router weight in
     # float32 (_keep_in_fp32_modules_strict) while the published checkpoint stores it in bfloat16,
     # which is what the config inventory describes.
@@ -89,22 +97,21 @@ def test_checkpoint_inventory_counts_mtp_layers_present(tiny_checkpoint: Callabl
     assert {t.layer for t in inventory if t.is_mtp} == {3}
 
 
-def test_checkpoint_inventory_names_a_foreign_tensor(tmp_path: Path, tiny_checkpoint: Callable[[str], Path]) -> None:
-    import shutil
-
-    import torch
-    from safetensors.torch import save_file
-
+def test_checkpoint_inventory_names_a_foreign_tensor(
+    tmp_path: Path, tiny_checkpoint: Callable[[str], Path]
+) -> None:
     source = tiny_checkpoint("llama")
     shutil.copy(source / "config.json", tmp_path / "config.json")
     shutil.copy(source / "model.safetensors", tmp_path / "model.safetensors")
-    save_file({"model.layers.0.self_attn.q_proj.weight_scale_inv": torch.ones(1)}, str(tmp_path / "extra.safetensors"))
-    with pytest.raises(MappingError, match=r"^tensor `model.layers.0.self_attn.q_proj.weight_scale_inv` is not a llama"):
+    foreign = "model.layers.0.self_attn.q_proj.weight_scale_inv"
+    save_file({foreign: torch.ones(1)}, str(tmp_path / "extra.safetensors"))
+    with pytest.raises(MappingError, match=rf"^tensor `{foreign}` is not a llama tensor") as raised:
         inventory_from_checkpoint(tmp_path)
+    assert "quantized source checkpoint" in (raised.value.hint or "")
 
 
 def test_checkpoint_without_weights_is_a_checkpoint_error(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (tmp_path / "config.json").write_text(json.dumps(load_config("Llama-3.1-8B")))
     with pytest.raises(CheckpointError, match=r"^no \*\.safetensors files in"):
         inventory_from_checkpoint(tmp_path)
 
@@ -196,14 +203,18 @@ def test_deepseek_v3_mtp_layer() -> None:
     assert mtp["model.layers.61.eh_proj.weight"].megatron_name == "mtp.layers.0.eh_proj.weight"
     assert mtp["model.layers.61.embed_tokens.weight"].megatron_name == "embedding.word_embeddings.weight"
     assert mtp["model.layers.61.shared_head.head.weight"].megatron_name == "output_layer.weight"
-    assert mtp["model.layers.61.shared_head.norm.weight"].megatron_name == "mtp.layers.0.final_layernorm.weight"
+    assert (
+        mtp["model.layers.61.shared_head.norm.weight"].megatron_name == "mtp.layers.0.final_layernorm.weight"
+    )
     inner = mtp["model.layers.61.mlp.experts.9.gate_proj.weight"]
     assert (inner.role, inner.expert, inner.megatron_name) == (
         Role.ROUTED_EXPERT,
         9,
         "mtp.layers.0.mtp_model_layer.mlp.experts.linear_fc1.weight9",
     )
-    glue_roles = {mtp[f"model.layers.61.{n}"].role for n in ("enorm.weight", "hnorm.weight", "eh_proj.weight")}
+    glue_roles = {
+        mtp[f"model.layers.61.{n}"].role for n in ("enorm.weight", "hnorm.weight", "eh_proj.weight")
+    }
     assert glue_roles == {Role.MTP}
 
 
@@ -228,7 +239,11 @@ def test_qwen2_has_qkv_biases_but_no_o_bias() -> None:
 @pytest.mark.parametrize("name", ["DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-8B", "Llama-3.1-8B", "Qwen2.5-7B"])
 def test_gemm_weights_are_exactly_the_2d_linear_weights(name: str) -> None:
     for t in inventory_from_config(name):
-        linear = len(t.shape) == 2 and t.role not in (Role.EMBEDDING,) and not t.name.endswith("embed_tokens.weight")
+        linear = (
+            len(t.shape) == 2
+            and t.role not in (Role.EMBEDDING,)
+            and not t.name.endswith("embed_tokens.weight")
+        )
         assert t.gemm_weight == linear, t.name
         if t.role is Role.NORM:
             assert len(t.shape) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers import assert_bytes_equal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,12 +24,9 @@ from fp4convert.families.transforms import (
 )
 
 
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        a.dtype == b.dtype
-        and a.shape == b.shape
-        and torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
-    )
+def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert actual.dtype == expected.dtype
+    assert_bytes_equal(actual, expected)
 
 
 def _rows_by_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, nq: int, ng: int) -> torch.Tensor:
@@ -45,23 +43,26 @@ def _rows_by_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, nq: int, ng
 
 
 def _distinct(rows: int, *rest: int, offset: int = 0) -> torch.Tensor:
-    # Every element different, so any misplaced row is visible.
-    return (torch.arange(rows * max(1, torch.Size(rest).numel())) + offset).reshape(rows, *rest).to(torch.bfloat16)
+    # Every element different (float32 holds these integers exactly), so a misplaced row shows.
+    count = rows * torch.Size(rest).numel()
+    return (torch.arange(count, dtype=torch.float32) + offset).reshape(rows, *rest)
 
 
-@pytest.mark.parametrize(("nq", "ng", "d", "hidden"), [(4, 2, 3, 5), (8, 1, 2, 3), (6, 6, 2, 4), (12, 4, 4, 8)])
+@pytest.mark.parametrize(
+    ("nq", "ng", "d", "hidden"), [(4, 2, 3, 5), (8, 1, 2, 3), (6, 6, 2, 4), (12, 4, 4, 8)]
+)
 def test_merge_qkv_places_rows_as_the_spec_says(nq: int, ng: int, d: int, hidden: int) -> None:
     q = _distinct(nq * d, hidden)
     k = _distinct(ng * d, hidden, offset=10_000)
     v = _distinct(ng * d, hidden, offset=20_000)
     merged = merge_qkv(q, k, v, num_query_groups=ng)
-    assert same_bytes(merged, _rows_by_spec(q, k, v, nq, ng))
+    assert_same(merged, _rows_by_spec(q, k, v, nq, ng))
 
 
 def test_merge_qkv_interleaves_biases_like_weight_rows() -> None:
     q, k, v = _distinct(8), _distinct(4, offset=100), _distinct(4, offset=200)
     merged = merge_qkv(q, k, v, num_query_groups=2)
-    assert same_bytes(merged, _rows_by_spec(q, k, v, nq=4, ng=2))
+    assert_same(merged, _rows_by_spec(q, k, v, nq=4, ng=2))
 
 
 @settings(max_examples=60, deadline=None)
@@ -82,9 +83,11 @@ def test_split_undoes_merge_bit_for_bit(
     q.view(-1)[0] = float("nan")  # NaN and -0.0 must survive as bytes
     k.view(-1)[0] = -0.0
     merged = merge_qkv(q, k, v, num_query_groups=ng)
-    assert same_bytes(merged, _rows_by_spec(q, k, v, nq, ng))
-    for original, back in zip((q, k, v), split_qkv(merged, num_attention_heads=nq, num_query_groups=ng), strict=True):
-        assert same_bytes(original, back)
+    assert_same(merged, _rows_by_spec(q, k, v, nq, ng))
+    for original, back in zip(
+        (q, k, v), split_qkv(merged, num_attention_heads=nq, num_query_groups=ng), strict=True
+    ):
+        assert_same(back, original)
 
 
 def test_split_pieces_own_their_memory() -> None:
@@ -115,13 +118,15 @@ def test_split_qkv_refuses_row_counts_that_do_not_fit() -> None:
 def test_gate_up_is_a_row_concatenation_and_splits_back() -> None:
     gate, up = _distinct(6, 4), _distinct(6, 4, offset=1000)
     fc1 = merge_gate_up(gate, up)
-    assert same_bytes(fc1[:6], gate) and same_bytes(fc1[6:], up)
+    assert_same(fc1[:6], gate)
+    assert_same(fc1[6:], up)
     back_gate, back_up = split_gate_up(fc1)
-    assert same_bytes(back_gate, gate) and same_bytes(back_up, up)
+    assert_same(back_gate, gate)
+    assert_same(back_up, up)
 
 
 def test_gate_up_refuses_mismatches() -> None:
-    with pytest.raises(MappingError, match=r"^gate \(6, 4\) torch.bfloat16 and up \(6, 3\)"):
+    with pytest.raises(MappingError, match=r"^gate \(6, 4\) torch.float32 and up \(6, 3\) torch.float32 differ"):
         merge_gate_up(_distinct(6, 4), _distinct(6, 3))
     with pytest.raises(MappingError, match=r"^linear_fc1 has shape \(5, 4\); gate and up need an even"):
         split_gate_up(_distinct(5, 4))
