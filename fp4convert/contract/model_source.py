@@ -43,15 +43,17 @@ class _TensorEntry(BaseModel):
 
     name: Annotated[StrictStr, Field(min_length=1)]
     shape: tuple[_Count, ...]
-    dtype: StrictStr | None = None
-    role: Role | None = None
+    # Defaults here only document the fallback; what an entry does not write is filled in by
+    # _entry_to_tensor (from a family, else the fallback rules), never by these defaults.
+    dtype: StrictStr = "bfloat16"
+    role: Role = Role.OTHER
     layer: _Count | None = None
-    is_mtp: StrictBool | None = None
+    is_mtp: StrictBool = False
     expert: _Count | None = None
     megatron_name: StrictStr | None = None
     fused_group: StrictStr | None = None
     fused_kind: FusedKind | None = None
-    gemm_weight: StrictBool | None = None
+    gemm_weight: StrictBool = False
 
 
 class _TensorList(BaseModel):
@@ -64,7 +66,8 @@ class _TensorList(BaseModel):
 
 
 def _entry_to_tensor(entry: _TensorEntry) -> TensorInfo:
-    given = entry.model_dump(exclude_none=True, exclude={"name"})
+    # Only what the entry wrote overrides the family (an explicit null included).
+    given = entry.model_dump(exclude_unset=True, exclude={"name"})
     given["shape"] = tuple(entry.shape)
     describe = family_function("describe_name")
     if describe is not None:
@@ -72,8 +75,7 @@ def _entry_to_tensor(entry: _TensorEntry) -> TensorInfo:
             return dataclasses.replace(describe(entry.name), **given)
         except MappingError:
             pass  # a name no family knows: fall through to the plain defaults below
-    role = entry.role or Role.OTHER
-    given.setdefault("role", role)
+    role = given.setdefault("role", Role.OTHER)
     given.setdefault("layer", layer_from_name(entry.name))
     given.setdefault("gemm_weight", len(entry.shape) == 2 and role not in _NOT_QUANTIZABLE_ROLES)
     return TensorInfo(name=entry.name, **given)
