@@ -126,7 +126,9 @@ def test_gate_up_is_a_row_concatenation_and_splits_back() -> None:
 
 
 def test_gate_up_refuses_mismatches() -> None:
-    with pytest.raises(MappingError, match=r"^gate \(6, 4\) torch.float32 and up \(6, 3\) torch.float32 differ"):
+    with pytest.raises(
+        MappingError, match=r"^gate \(6, 4\) torch.float32 and up \(6, 3\) torch.float32 differ"
+    ):
         merge_gate_up(_distinct(6, 4), _distinct(6, 3))
     with pytest.raises(MappingError, match=r"^linear_fc1 has shape \(5, 4\); gate and up need an even"):
         split_gate_up(_distinct(5, 4))
