@@ -1,0 +1,467 @@
+"""Convert a checkpoint shard by shard (phases 3-5), with bounded memory and atomic output.
+
+Everything is written into ``<DST>.partial/``: each shard under a temporary name, renamed once
+complete and recorded in a journal (so ``resume`` keeps shards whose sha256 still match). Config,
+index, side files and the manifest come last, then the folder is renamed to ``DST``: a failed or
+interrupted run never leaves a ``DST`` that looks complete. The source is only ever read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4convert import __version__
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter
+from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
+from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.convert.manifest import (
+    JOURNAL,
+    MANIFEST,
+    MANIFEST_VERSION,
+    file_sha256,
+    write_json_atomic,
+)
+from fp4convert.convert.plan import ConversionPlan, PlannedTensor, build_plan, load_calibration, validate_plan
+from fp4convert.dialects import get_dialect
+from fp4convert.errors import ConversionError
+from fp4convert.formats import kernels
+from fp4convert.formats.mxfp8 import MXFP8Tensor, quantize_mxfp8
+from fp4convert.formats.nvfp4 import NVFP4Tensor, quantize_nvfp4
+
+__all__ = ["ConversionReport", "ProgressHook", "convert_checkpoint", "quantize_planned"]
+
+#: progress callback: (event, payload); events: "plan", "shard", "tensor", "done"
+ProgressHook = Callable[[str, Mapping[str, Any]], None]
+
+
+@dataclass
+class ConversionReport:
+    """What a conversion did, for humans and for ``--json``."""
+
+    destination: str
+    dialect: str
+    contract: str
+    contract_sha256: str
+    device: str
+    tensors: int
+    formats: dict[str, int]
+    source_bytes: int
+    output_bytes: int
+    seconds: float
+    files: list[str] = field(default_factory=list)
+    resumed_files: list[str] = field(default_factory=list)
+
+
+def quantize_planned(
+    item: PlannedTensor, x: torch.Tensor, *, profile: str, amax: torch.Tensor | None, device: str
+) -> NVFP4Tensor | MXFP8Tensor | None:
+    """Quantize one planned source tensor as its decision says (None when it stays high precision)."""
+    if not item.quantized:
+        return None
+    x = x.to(device)
+    if item.decision.format == "mxfp8":
+        return quantize_mxfp8(x)
+    tile = getattr(item.decision.recipe, "tile", "1x16")
+    return quantize_nvfp4(x, tile=tile, amax=None if amax is None else amax.to(device), profile=profile)  # type: ignore[arg-type]
+
+
+class _Reader:
+    """Reads source tensors (one fd per shard, no mmap), hashing each shard front to back."""
+
+    def __init__(self, source: SourceCheckpoint) -> None:
+        self.source = source
+        self.files: dict[str, SafetensorsFile] = {}
+        self.hashers: dict[str, Any] = {}
+        self.next_offset: dict[str, int] = {}
+        self.broken: set[str] = set()  # shards not hashed in one sequential sweep
+
+    def _file(self, shard: str) -> SafetensorsFile:
+        if shard not in self.files:
+            self.files[shard] = self.source.open(shard)
+            entries = self.source.shards[shard]
+            first = min((e.start for e in entries.values()), default=0)
+            with (self.source.root / shard).open("rb") as f:
+                h = hashlib.sha256(f.read(first))  # length prefix + JSON header
+            self.hashers[shard] = h
+            self.next_offset[shard] = first
+        return self.files[shard]
+
+    def read(self, name: str) -> torch.Tensor:
+        return self._file(self.source.tensor_file[name]).read(name)
+
+    def consumed(self, name: str, tensor: torch.Tensor) -> None:
+        """Feed a tensor to its shard's hash if it is the next one in file order."""
+        shard = self.source.tensor_file[name]
+        entry = self.source.shards[shard][name]
+        if shard in self.broken or entry.start != self.next_offset.get(shard):
+            self.broken.add(shard)
+            return
+        self.hashers[shard].update(tensor.reshape(-1).view(torch.uint8).numpy())
+        self.next_offset[shard] = entry.end
+
+    def shard_hashes(self) -> dict[str, str]:
+        out = {}
+        for shard in self.source.shards:
+            size = (self.source.root / shard).stat().st_size
+            if shard in self.broken or self.next_offset.get(shard) != size:
+                out[shard] = file_sha256(self.source.root / shard)  # fall back to a separate pass
+            else:
+                out[shard] = self.hashers[shard].hexdigest()
+        return out
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+
+class _GroupAmax:
+    """One outer amax per shared-scale group: the max over its members (read once, kept briefly)."""
+
+    def __init__(self, plan: ConversionPlan, reader: _Reader) -> None:
+        self.plan = plan
+        self.reader = reader
+        self.values: dict[str, torch.Tensor] = {}
+        self.pending: dict[str, torch.Tensor] = {}  # members read early, waiting for their turn
+
+    def amax_for(self, item: PlannedTensor, x: torch.Tensor) -> torch.Tensor | None:
+        group = item.decision.fused_group
+        members = self.plan.groups.get(group or "", [])
+        if item.decision.format != "nvfp4" or len(members) < 2:
+            return None
+        if group not in self.values:
+            amaxes = []
+            for name in members:
+                t = x if name == item.info.name else self.pending.get(name)
+                if t is None:
+                    t = self.reader.read(name)
+                    if self.plan.source.tensor_file[name] == item.source_file:
+                        self.pending[name] = t  # same shard: it comes up soon, do not read it twice
+                amaxes.append(kernels.row_amax(t.reshape(-1, t.shape[-1])).amax())
+            self.values[group] = torch.stack(amaxes).amax()  # type: ignore[index]
+        return self.values[group]  # type: ignore[index]
+
+    def take(self, name: str) -> torch.Tensor | None:
+        return self.pending.pop(name, None)
+
+
+def _input_amax(item: PlannedTensor, plan: ConversionPlan, calibration: Mapping[str, float] | None) -> float | None:
+    if calibration is None or item.decision.format != "nvfp4":
+        return None
+    # Fused siblings read the same activations: they share one input scale (the max).
+    group = item.decision.fused_group
+    names = plan.groups.get(group or "", [item.info.name])
+    values = [calibration[n.rsplit(".", 1)[0]] for n in names if n.rsplit(".", 1)[0] in calibration]
+    return max(values) if values else None
+
+
+def _check_destination(source: Path, destination: Path, overwrite: bool, resume: bool) -> Path:
+    src, dst = source.resolve(), destination.resolve()
+    if dst == src or src in dst.parents or dst in src.parents:
+        raise ConversionError(
+            f"destination {destination} overlaps the source {source}",
+            hint="write the converted checkpoint to a separate folder; the source is never modified",
+        )
+    if destination.exists() and not overwrite:
+        raise ConversionError(
+            f"destination {destination} already exists",
+            hint="pass --overwrite to replace it, or choose another folder",
+            file=str(destination),
+        )
+    staging = destination.with_name(destination.name + ".partial")
+    if staging.exists() and not resume:
+        if not overwrite:
+            raise ConversionError(
+                f"{staging} holds an interrupted conversion",
+                hint="pass --resume to continue it, or --overwrite to start over",
+                file=str(staging),
+            )
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True, exist_ok=True)
+    return staging
+
+
+def _fingerprint(plan: ConversionPlan, options: Mapping[str, Any]) -> str:
+    """Identifies what a resumed run must match: contract, dialect, options and source headers."""
+    h = hashlib.sha256()
+    h.update(contract_hash(plan.contract).encode())
+    h.update(repr(sorted(options.items())).encode())
+    for shard, entries in plan.source.shards.items():
+        h.update(shard.encode())
+        h.update(repr([(e.name, e.dtype, e.shape, e.start) for e in entries.values()]).encode())
+    return h.hexdigest()
+
+
+def _write_shard(
+    path: Path,
+    items: list[PlannedTensor],
+    plan: ConversionPlan,
+    reader: _Reader,
+    amaxes: _GroupAmax,
+    *,
+    device: str,
+    calibration: Mapping[str, float] | None,
+    hook: ProgressHook,
+) -> dict[str, str]:
+    layout = [spec for item in items for spec in item.outputs]
+    tmp = path.with_name(path.name + ".tmp")
+    writer = StreamingWriter(tmp, layout, metadata={"format": "pt", "producer": f"fp4convert {__version__}"})
+    profile = plan.contract.quantizer
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fp4convert-read") as pool:
+        # Read the next tensor while this one is quantized and written.
+        def load(item: PlannedTensor) -> Future[torch.Tensor]:
+            early = amaxes.take(item.info.name)
+            if early is not None:
+                done: Future[torch.Tensor] = Future()
+                done.set_result(early)
+                return done
+            return pool.submit(reader.read, item.info.name)
+
+        try:
+            upcoming = load(items[0]) if items else None
+            for index, item in enumerate(items):
+                assert upcoming is not None
+                x = upcoming.result()
+                upcoming = None
+                amax = amaxes.amax_for(item, x)
+                upcoming = load(items[index + 1]) if index + 1 < len(items) else None
+                reader.consumed(item.info.name, x)
+                q = quantize_planned(item, x, profile=profile, amax=amax, device=device)
+                tensors = plan.dialect.encode(item, q, x, _input_amax(item, plan, calibration))
+                for name, _, _ in item.outputs:
+                    writer.write(name, tensors[name])
+                hook("tensor", {"name": item.info.name, "bytes": plan.source.entry(item.info.name).nbytes})
+            writer.close()
+        except BaseException:
+            if upcoming is not None:
+                upcoming.cancel()
+            writer.abort()
+            raise
+    os.replace(tmp, path)
+    return writer.sha256
+
+
+def _manifest(
+    plan: ConversionPlan,
+    sha: Mapping[str, str],
+    source_hashes: Mapping[str, str],
+    *,
+    location: str,
+    revision: str | None,
+    device: str,
+    calibration_path: str | None,
+) -> dict[str, Any]:
+    tensors: dict[str, Any] = {}
+    formats: dict[str, int] = {}
+    for item in plan.items:
+        fmt = item.decision.format if item.quantized else "bf16"
+        formats[fmt] = formats.get(fmt, 0) + 1
+        tensors[item.info.name] = {
+            "format": fmt,
+            "rule": item.decision.rule,
+            "reason": item.decision.reason,
+            "role": item.info.role.value,
+            "layer": item.info.layer,
+            "fused_group": item.decision.fused_group,
+            "source_dtype": item.info.dtype,
+            "shape": list(item.info.shape),
+            "outputs": {
+                name: {"file": item.output_file, "dtype": dtype, "shape": list(shape), "sha256": sha[name]}
+                for name, dtype, shape in item.outputs
+            },
+        }
+    nvfp4 = plan.contract.formats.nvfp4
+    uses_nvfp4 = formats.get("nvfp4", 0) > 0
+    activation = "none" if not uses_nvfp4 else ("per-token" if nvfp4.per_token_activations else "calibrated")
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "producer": {"name": "fp4convert", "version": __version__, "torch": torch.__version__},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "dialect": plan.dialect.name,
+        "quantizer_profile": plan.contract.quantizer,
+        "device": device,
+        "activation_mode": activation,
+        "contract_sha256": contract_hash(plan.contract),
+        "contract": plan.contract.canonical_dict(),
+        "source": {
+            "location": location,
+            "revision": revision,
+            "family": plan.inventory.family,
+            "files": dict(source_hashes),
+            "calibration": calibration_path,
+        },
+        "formats": formats,
+        "tensors": tensors,
+    }
+
+
+def _finalize(staging: Path, plan: ConversionPlan, manifest: dict[str, Any]) -> int:
+    source = plan.source
+    config = dict(source.config)
+    config["quantization_config"] = plan.dialect.quantization_config(plan.contract, plan.items)
+    write_json_atomic(staging / "config.json", config)
+    weight_map = {name: item.output_file for item in plan.items for name, _, _ in item.outputs}
+    files = sorted(set(weight_map.values()))
+    total = sum((staging / f).stat().st_size for f in files)
+    if files != ["model.safetensors"]:
+        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    for name, content in plan.dialect.side_files(plan.contract, plan.items).items():
+        write_json_atomic(staging / name, content)
+    for name in source.other_files:
+        shutil.copy2(source.root / name, staging / name)
+    write_json_atomic(staging / MANIFEST, manifest)  # last: its presence marks a finished output
+    return total
+
+
+def _publish(staging: Path, destination: Path) -> None:
+    if destination.exists():
+        trash = destination.with_name(f"{destination.name}.old-{os.getpid()}")
+        os.replace(destination, trash)
+        os.replace(staging, destination)
+        shutil.rmtree(trash)
+    else:
+        os.replace(staging, destination)
+
+
+def convert_checkpoint(
+    source: str | Path,
+    destination: str | Path,
+    *,
+    contract: Contract | str | Path,
+    dialect: str = "modelopt",
+    device: str = "cpu",
+    workers: int | None = None,
+    max_shard_size: int | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    calibration: str | Path | None = None,
+    revision: str | None = None,
+    progress: ProgressHook | None = None,
+) -> ConversionReport:
+    """Convert an HF checkpoint under a precision contract into one on-disk dialect.
+
+    Args:
+        source: local HF checkpoint folder, or a Hub repo id (see :func:`fp4convert.hub.resolve_source`).
+        destination: output folder; refused if it exists, unless ``overwrite``.
+        contract: a :class:`~fp4convert.contract.Contract` or the path of a contract file.
+        dialect: ``modelopt``, ``sglang-mxfp8`` or ``compressed-tensors``.
+        device: ``cpu`` or ``cuda[:n]``: where tensors are quantized (bytes are identical).
+        workers: CPU threads for the quantizer (default: torch's current setting).
+        max_shard_size: bytes per output shard; default mirrors the source's shards.
+        overwrite: replace an existing destination (and any interrupted run).
+        resume: continue an interrupted run, keeping shards whose sha256 verify.
+        calibration: JSON ``{module: activation amax}``, required when NVFP4 activations are
+            quantized per tensor (contracts without ``per_token_activations``).
+        revision: Hub revision of ``source``.
+        progress: called with progress events (the CLI draws bars from them).
+
+    Returns:
+        A :class:`ConversionReport`.
+
+    Raises:
+        ConversionError: the plan was refused (every problem listed) or the destination is unusable.
+        ContractError, MappingError, CheckpointError: bad contract, unknown tensor names, bad files.
+
+    Example:
+        >>> convert_checkpoint("Qwen3-30B-A3B", "out", contract="contracts/nvfp4-experts-per-token.yaml")  # doctest: +SKIP
+    """
+    from fp4convert.hub import resolve_source
+
+    started = time.perf_counter()
+    hook: ProgressHook = progress or (lambda event, payload: None)
+    if workers is not None:
+        torch.set_num_threads(workers)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConversionError("--device cuda was asked for, but no CUDA device is available", hint="use --device cpu")
+    source_path = resolve_source(source, revision=revision)
+    ckpt = open_checkpoint(source_path)
+    the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
+    the_dialect = get_dialect(dialect, per_token_activations=the_contract.formats.nvfp4.per_token_activations)
+    plan = build_plan(ckpt, the_contract, the_dialect, max_shard_size=max_shard_size)
+    calib = load_calibration(calibration) if calibration is not None else None
+    validate_plan(plan, calib)
+    destination = Path(destination)
+    staging = _check_destination(source_path, destination, overwrite, resume)
+
+    options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
+    fingerprint = _fingerprint(plan, options)
+    journal_path = staging / JOURNAL
+    journal: dict[str, Any] = {"fingerprint": fingerprint, "files": {}}
+    if resume and journal_path.is_file():
+        import json
+
+        previous = json.loads(journal_path.read_text())
+        if previous.get("fingerprint") != fingerprint:
+            raise ConversionError(
+                f"{staging} was started with another contract, dialect, options or source",
+                hint="pass --overwrite to start over",
+            )
+        journal = previous
+
+    by_file = plan.by_output_file()
+    hook("plan", {"files": len(by_file), "tensors": len(plan.items), "bytes": plan.source_bytes})
+    reader = _Reader(ckpt)
+    amaxes = _GroupAmax(plan, reader)
+    sha: dict[str, str] = {}
+    resumed: list[str] = []
+    try:
+        for file_name, items in by_file.items():
+            done = journal["files"].get(file_name)
+            path = staging / file_name
+            if done and path.is_file() and file_sha256(path) == done["file_sha256"]:
+                sha.update(done["tensors"])
+                resumed.append(file_name)
+                hook("shard", {"file": file_name, "resumed": True,
+                               "bytes": sum(plan.source.entry(i.info.name).nbytes for i in items)})  # fmt: skip
+                continue
+            hook("shard", {"file": file_name, "resumed": False})
+            tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device,
+                                      calibration=calib, hook=hook)  # fmt: skip
+            sha.update(tensor_sha)
+            journal["files"][file_name] = {"file_sha256": file_sha256(path), "tensors": tensor_sha}
+            write_json_atomic(journal_path, journal)
+        source_hashes = reader.shard_hashes()
+    finally:
+        reader.close()
+    for name in ("config.json", *ckpt.other_files):
+        source_hashes[name] = file_sha256(ckpt.root / name)
+    manifest = _manifest(plan, sha, source_hashes, location=str(source), revision=revision, device=device,
+                         calibration_path=None if calibration is None else str(calibration))  # fmt: skip
+    total = _finalize(staging, plan, manifest)
+    from fp4convert.verify.checkpoint import verify_checkpoint
+
+    report = verify_checkpoint(staging)  # structure and every tensor's sha256, before publishing
+    if not report.ok:
+        raise ConversionError(
+            f"the written output failed verification: {report.summary()}",
+            hint=f"the unfinished output stays in {staging}; check the disk and run again with --overwrite",
+        )
+    journal_path.unlink(missing_ok=True)
+    _publish(staging, destination)
+    hook("done", {})
+    return ConversionReport(
+        destination=str(destination),
+        dialect=the_dialect.name,
+        contract=the_contract.name,
+        contract_sha256=contract_hash(the_contract),
+        device=device,
+        tensors=len(plan.items),
+        formats=manifest["formats"],
+        source_bytes=plan.source_bytes,
+        output_bytes=total,
+        seconds=time.perf_counter() - started,
+        files=sorted(by_file),
+        resumed_files=resumed,
+    )
+
+

@@ -1,0 +1,278 @@
+"""``verify``: prove a converted checkpoint is what its manifest, its dialect and the contract say.
+
+Without the source: every file the index names exists; every tensor has the manifest's dtype,
+shape and sha256; nothing is missing or extra; each quantized module carries exactly its dialect's
+tensors with the right dtypes; fused NVFP4 siblings share a bit-identical global scale; config.json
+routes engines to the dialect's loader. With the source: every tensor is quantized again from the
+source with the embedded contract and compared byte for byte, and the first differing block is
+reported with its values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, read_header
+from fp4convert.checkpoint.source import INDEX_NAME
+from fp4convert.convert.manifest import read_manifest
+from fp4convert.errors import CheckpointError
+
+__all__ = ["TensorCheck", "VerifyReport", "verify_checkpoint"]
+
+_EXPECTED_DTYPES = {
+    "nvfp4": {"data": "U8", "scale": "F8_E4M3", "global": "F32", "input": "F32"},
+    "mxfp8": {"data": "F8_E4M3", "scale": "U8"},
+}
+_QUANT_METHOD = {"modelopt": "modelopt", "sglang-mxfp8": "mxfp8", "compressed-tensors": "compressed-tensors"}
+
+
+@dataclass
+class TensorCheck:
+    """One finding: the tensor (or file) it concerns, whether it passed, and why not."""
+
+    name: str
+    ok: bool
+    check: str
+    detail: str = ""
+
+
+@dataclass
+class VerifyReport:
+    directory: str
+    checks: list[TensorCheck] = field(default_factory=list)
+    compared_with_source: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failures(self) -> list[TensorCheck]:
+        return [c for c in self.checks if not c.ok]
+
+    def summary(self) -> str:
+        bad = self.failures
+        what = "structure, hashes and source bytes" if self.compared_with_source else "structure and hashes"
+        if not bad:
+            return f"OK: {len(self.checks)} checks passed ({what})"
+        first = bad[0]
+        return f"FAILED: {len(bad)} of {len(self.checks)} checks ({first.check} {first.name}: {first.detail})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "directory": self.directory,
+            "ok": self.ok,
+            "compared_with_source": self.compared_with_source,
+            "checks": len(self.checks),
+            "failures": [c.__dict__ for c in self.failures],
+        }
+
+
+def _headers(directory: Path, files: set[str], report: VerifyReport) -> dict[str, tuple[str, dict[str, Any]]]:
+    """tensor name -> (file, entry) over every shard; missing or unreadable files are findings."""
+    found: dict[str, tuple[str, Any]] = {}
+    for name in sorted(files):
+        path = directory / name
+        if not path.is_file():
+            report.checks.append(TensorCheck(name, False, "file", "listed in the manifest but missing"))
+            continue
+        try:
+            entries, _ = read_header(path)
+        except CheckpointError as exc:
+            report.checks.append(TensorCheck(name, False, "file", str(exc)))
+            continue
+        for tensor, entry in entries.items():
+            found[tensor] = (name, entry)
+    return found
+
+
+def _check_config(directory: Path, manifest: Mapping[str, Any], report: VerifyReport) -> None:
+    dialect = manifest["dialect"]
+    try:
+        config = json.loads((directory / "config.json").read_text())
+        method = config.get("quantization_config", {}).get("quant_method")
+    except (OSError, json.JSONDecodeError) as exc:
+        report.checks.append(TensorCheck("config.json", False, "config", f"unreadable: {exc}"))
+        return
+    expected = _QUANT_METHOD[dialect]
+    report.checks.append(
+        TensorCheck("config.json", method == expected, "config",
+                    "" if method == expected else f"quant_method {method!r}, expected {expected!r}")  # fmt: skip
+    )
+    if dialect == "modelopt":
+        present = (directory / "hf_quant_config.json").is_file()
+        report.checks.append(TensorCheck("hf_quant_config.json", present, "config", "" if present else "missing"))
+
+
+def _check_structure(name: str, info: Mapping[str, Any], dialect_suffixes: Mapping[str, Mapping[str, str]],
+                     report: VerifyReport) -> None:  # fmt: skip
+    fmt = info["format"]
+    if fmt == "bf16":
+        ok = list(info["outputs"]) == [name]
+        report.checks.append(TensorCheck(name, ok, "structure", "" if ok else "a BF16 tensor must be copied as is"))
+        return
+    module = name.rsplit(".", 1)[0]
+    outputs = info["outputs"]
+    for role, dtype in _EXPECTED_DTYPES[fmt].items():
+        suffix = dialect_suffixes[fmt].get(role)
+        if suffix is None:
+            continue
+        out = f"{module}.{suffix}"
+        if out not in outputs:
+            if role != "input":
+                report.checks.append(TensorCheck(out, False, "structure", f"{fmt} module lacks its {role} tensor"))
+            continue
+        if outputs[out]["dtype"] != dtype:
+            report.checks.append(TensorCheck(out, False, "dtype",
+                                             f"{role} tensor is {outputs[out]['dtype']}, expected {dtype}"))  # fmt: skip
+
+
+def _tensor_bytes(directory: Path, file: str, tensor: str, cache: dict[str, SafetensorsFile]) -> torch.Tensor:
+    if file not in cache:
+        cache[file] = SafetensorsFile(directory / file)
+    return cache[file].read(tensor)
+
+
+def verify_checkpoint(
+    directory: str | Path, *, source: str | Path | None = None, device: str = "cpu"
+) -> VerifyReport:
+    """Verify a converted checkpoint; see the module docstring for what is checked.
+
+    Args:
+        directory: the converted checkpoint (holding ``fp4convert.json``).
+        source: the BF16 source checkpoint (folder or Hub repo id); when given, every tensor is
+            re-quantized from it and compared byte for byte.
+        device: where the re-quantization runs.
+
+    Returns:
+        A :class:`VerifyReport` (``report.ok`` is the verdict).
+
+    Example:
+        >>> verify_checkpoint("out", source="Qwen3-30B-A3B").ok  # doctest: +SKIP
+        True
+    """
+    import hashlib
+
+    from fp4convert.dialects import DIALECTS
+
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    report = VerifyReport(str(directory))
+    _check_config(directory, manifest, report)
+    suffixes = DIALECTS[manifest["dialect"]].suffixes
+    expected: dict[str, Mapping[str, Any]] = {}
+    for name, info in manifest["tensors"].items():
+        _check_structure(name, info, suffixes, report)
+        expected.update(info["outputs"])
+    index_path = directory / INDEX_NAME
+    files = {o["file"] for o in expected.values()}
+    if index_path.is_file():
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+        if weight_map != {k: v["file"] for k, v in expected.items()}:
+            report.checks.append(TensorCheck(INDEX_NAME, False, "index", "weight_map differs from the manifest"))
+    found = _headers(directory, files, report)
+    for extra in sorted(set(found) - set(expected)):
+        report.checks.append(TensorCheck(extra, False, "extra", f"in {found[extra][0]} but not in the manifest"))
+    cache: dict[str, SafetensorsFile] = {}
+    try:
+        for name, out in expected.items():
+            if name not in found:
+                report.checks.append(TensorCheck(name, False, "missing", f"expected in {out['file']}"))
+                continue
+            file, entry = found[name]
+            if (entry.dtype, list(entry.shape), file) != (out["dtype"], out["shape"], out["file"]):
+                report.checks.append(TensorCheck(name, False, "dtype",
+                    f"{file}: {entry.dtype} {list(entry.shape)}, expected {out['dtype']} {out['shape']} in {out['file']}"))  # fmt: skip
+                continue
+            data = _tensor_bytes(directory, file, name, cache).reshape(-1).view(torch.uint8).numpy()
+            digest = hashlib.sha256(data).hexdigest()
+            report.checks.append(TensorCheck(name, digest == out["sha256"], "sha256",
+                                             "" if digest == out["sha256"] else "bytes differ from the manifest"))  # fmt: skip
+        _check_shared_scales(directory, manifest, suffixes, found, cache, report)
+        if source is not None:
+            _compare_with_source(directory, manifest, source, device, found, cache, report)
+    finally:
+        for f in cache.values():
+            f.close()
+    return report
+
+
+def _check_shared_scales(directory: Path, manifest: Mapping[str, Any], suffixes: Mapping[str, Any],
+                         found: Mapping[str, Any], cache: dict[str, SafetensorsFile], report: VerifyReport) -> None:  # fmt: skip
+    groups: dict[str, list[str]] = {}
+    for name, info in manifest["tensors"].items():
+        if info["format"] == "nvfp4" and info.get("fused_group"):
+            groups.setdefault(info["fused_group"], []).append(name)
+    key = suffixes.get("nvfp4", {}).get("global")
+    for group, members in groups.items():
+        scales = []
+        for name in members:
+            out = f"{name.rsplit('.', 1)[0]}.{key}"
+            if out in found:
+                scales.append((name, _tensor_bytes(directory, found[out][0], out, cache)))
+        same = all(torch.equal(s.reshape(-1).view(torch.uint8), scales[0][1].reshape(-1).view(torch.uint8)) for _, s in scales[1:])
+        detail = "" if same else ", ".join(f"{n}: {s.item():.9g}" for n, s in scales)
+        report.checks.append(TensorCheck(group, same, "shared-scale",
+                                         detail and f"fused siblings carry different global scales ({detail})"))  # fmt: skip
+
+
+def _first_difference(name: str, fmt: str, actual: torch.Tensor, expected: torch.Tensor) -> str:
+    a = actual.reshape(-1).view(torch.uint8)
+    e = expected.reshape(-1).view(torch.uint8)
+    if a.shape != e.shape:
+        return f"shape {tuple(actual.shape)} != expected {tuple(expected.shape)}"
+    diff = (a != e).nonzero().flatten()
+    i = int(diff[0])
+    where = f"byte {i}"
+    if actual.dim() == 2:
+        row, col = divmod(i, actual.shape[1] * actual.element_size())
+        per_block = {"weight": 8, "weight_packed": 8}.get(name.rsplit(".", 1)[-1], 1) if fmt == "nvfp4" else 32
+        where = f"row {row}, block {col // per_block}"
+    return (f"{diff.numel()} of {a.numel()} bytes differ; first at {where}: "
+            f"{int(a[i]):#04x} != expected {int(e[i]):#04x}")  # fmt: skip
+
+
+def _compare_with_source(directory: Path, manifest: Mapping[str, Any], source: str | Path, device: str,
+                         found: Mapping[str, Any], cache: dict[str, SafetensorsFile], report: VerifyReport) -> None:  # fmt: skip
+    from fp4convert.checkpoint.source import open_checkpoint
+    from fp4convert.contract import parse_contract
+    from fp4convert.convert.execute import _GroupAmax, _input_amax, _Reader, quantize_planned
+    from fp4convert.convert.plan import build_plan, load_calibration
+    from fp4convert.dialects import get_dialect
+    from fp4convert.hub import resolve_source
+
+    contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/fp4convert.json", json_text=True)
+    dialect = get_dialect(manifest["dialect"], per_token_activations=contract.formats.nvfp4.per_token_activations)
+    ckpt = open_checkpoint(resolve_source(source))
+    plan = build_plan(ckpt, contract, dialect)
+    calib_path = manifest["source"].get("calibration")
+    calibration = load_calibration(calib_path) if calib_path and Path(calib_path).is_file() else None
+    reader = _Reader(ckpt)
+    amaxes = _GroupAmax(plan, reader)
+    report.compared_with_source = True
+    try:
+        for item in plan.items:
+            x = amaxes.take(item.info.name)
+            x = reader.read(item.info.name) if x is None else x
+            q = quantize_planned(item, x, profile=contract.quantizer, amax=amaxes.amax_for(item, x), device=device)
+            tensors = dialect.encode(item, q, x, _input_amax(item, plan, calibration))
+            for name, tensor in tensors.items():
+                if name.endswith((".input_scale", ".input_global_scale")) and calibration is None and calib_path:
+                    continue  # calibration file not available here: nothing to recompute it from
+                if name not in found:
+                    report.checks.append(TensorCheck(name, False, "source", "the contract requires it; it is missing"))
+                    continue
+                actual = _tensor_bytes(directory, found[name][0], name, cache)
+                same = actual.shape == tensor.shape and torch.equal(
+                    actual.reshape(-1).view(torch.uint8), tensor.cpu().contiguous().reshape(-1).view(torch.uint8)
+                )
+                report.checks.append(TensorCheck(name, same, "source",
+                    "" if same else _first_difference(name, item.decision.format, actual, tensor.cpu())))  # fmt: skip
+    finally:
+        reader.close()
