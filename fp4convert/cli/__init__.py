@@ -21,6 +21,7 @@ DEBUG_ENV = "FP4CONVERT_DEBUG"
 # (module under fp4convert.cli, attribute): one line per command or command group.
 _COMMANDS: tuple[tuple[str, str], ...] = (
     ("golden", "golden"),
+    ("plan", "plan"),
 )
 
 
