@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACTS = ROOT / "contracts"
+NVFP4_EXPERTS = CONTRACTS / "nvfp4-experts-per-token.yaml"
+MXFP8_ALL = CONTRACTS / "mxfp8-end-to-end.yaml"
 
 
 def hexbytes(t: torch.Tensor) -> str:
@@ -48,3 +56,12 @@ def adversarial(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.
     flat = x.view(-1)
     flat[::997] = float("nan")
     return x
+
+
+def tree_hashes(directory: Path) -> dict[str, str]:
+    """sha256 of every file below ``directory`` (to prove a source was not modified)."""
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }

@@ -21,6 +21,12 @@ DEBUG_ENV = "FP4CONVERT_DEBUG"
 # (module under fp4convert.cli, attribute): one line per command or command group.
 _COMMANDS: tuple[tuple[str, str], ...] = (
     ("golden", "golden"),
+    ("convert", "convert"),
+    ("verify", "verify"),
+    ("dequantize", "dequantize"),
+    ("contract", "contract"),
+    ("explain", "explain"),
+    ("diff", "diff"),
     ("plan", "plan"),
 )
 

@@ -407,6 +407,7 @@ def convert_checkpoint(
                 hint="pass --overwrite to start over",
             )
         journal = previous
+    write_json_atomic(journal_path, journal)  # from the first byte on, the run is identifiable
 
     by_file = plan.by_output_file()
     hook("plan", {"files": len(by_file), "tensors": len(plan.items), "bytes": plan.source_bytes})

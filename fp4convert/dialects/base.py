@@ -83,6 +83,8 @@ class Dialect(abc.ABC):
             from fp4convert.checkpoint.safetensors_io import dtype_name
 
             return [(item.info.name, dtype_name(_torch_dtype(item.info.dtype)), item.info.shape)]
+        if item.decision.format not in self.formats or len(item.info.shape) != 2:
+            return []  # unstorable here: validation refuses the plan before anything is written
         rows, cols = item.info.shape
         module = item.module
         names = self.suffixes[item.decision.format]

@@ -1,0 +1,59 @@
+"""``fp4convert convert SRC DST --contract FILE``: the main job."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from fp4convert.cli import options
+from fp4convert.dialects import DIALECTS
+
+
+@click.command()
+@click.argument("source")
+@click.argument("destination", type=click.Path(path_type=Path))
+@click.option("--contract", "contract_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Precision contract (YAML or JSON).")  # fmt: skip
+@click.option("--dialect", type=click.Choice(sorted(DIALECTS)), default="modelopt", show_default=True,
+              help="On-disk format engines load.")  # fmt: skip
+@options.device
+@click.option("--workers", type=click.IntRange(1), default=None, help="CPU threads for the quantizer.")
+@click.option("--max-shard-size", default=None, help="Re-shard the output (e.g. 5GB); default mirrors the input.")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="JSON {module: activation amax}; needed when activations are not per-token.")  # fmt: skip
+@click.option("--revision", default=None, help="Hub revision when SOURCE is a repo id.")
+@options.overwrite
+@click.option("--resume", is_flag=True, help="Continue an interrupted run, keeping verified shards.")
+@options.quiet
+@options.json_output
+def convert(
+    source: str, destination: Path, contract_path: Path, dialect: str, device: str, workers: int | None,
+    max_shard_size: str | None, calibration: Path | None, revision: str | None, overwrite: bool, resume: bool,
+    quiet: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Convert the HF checkpoint SOURCE (folder or Hub repo id) into DESTINATION under a contract.
+
+    Plans every tensor, refuses before writing anything if the contract cannot hold, converts shard
+    by shard, writes config, index and manifest, then verifies the output.
+    """
+    from fp4convert.convert.execute import convert_checkpoint
+
+    with options.progress_bar(not quiet) as hook:
+        report = convert_checkpoint(
+            source, destination, contract=contract_path, dialect=dialect, device=device, workers=workers,
+            max_shard_size=options.parse_size(max_shard_size), overwrite=overwrite, resume=resume,
+            calibration=calibration, revision=revision, progress=hook,
+        )  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(asdict(report), indent=2))
+        return
+    formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(report.formats.items()))
+    click.echo(
+        f"converted {report.tensors} tensors ({formats}) with contract {report.contract} "
+        f"into {report.destination} [{report.dialect}]\n"
+        f"{report.source_bytes / 1e9:.3f} GB -> {report.output_bytes / 1e9:.3f} GB in {report.seconds:.1f} s; "
+        f"verified"
+    )

@@ -1,0 +1,28 @@
+"""``fp4convert dequantize SRC DST``: back to a BF16 checkpoint plain transformers loads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from fp4convert.cli import options
+
+
+@click.command()
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("destination", type=click.Path(path_type=Path))
+@options.overwrite
+@options.json_output
+def dequantize(source: Path, destination: Path, overwrite: bool, as_json: bool) -> None:
+    """Dequantize an NVFP4/MXFP8 checkpoint (ModelOpt, SGLang MXFP8 or compressed-tensors) to BF16."""
+    from fp4convert.convert.dequantize import dequantize_checkpoint
+
+    report = dequantize_checkpoint(source, destination, overwrite=overwrite)
+    if as_json:
+        click.echo(json.dumps(asdict(report), indent=2))
+    else:
+        click.echo(f"dequantized {report.nvfp4_modules} NVFP4 and {report.mxfp8_modules} MXFP8 modules "
+                   f"into {report.destination} ({report.copied_tensors} tensors copied)")  # fmt: skip

@@ -1,0 +1,30 @@
+"""``fp4convert verify DST [--source SRC]``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fp4convert.cli import options
+
+
+@click.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--source", default=None, help="BF16 source (folder or repo id): re-quantize and compare bytes.")
+@options.device
+@options.json_output
+@click.pass_context
+def verify(ctx: click.Context, directory: Path, source: str | None, device: str, as_json: bool) -> None:
+    """Check a converted checkpoint: structure, hashes, shared scales, and (with --source) every byte."""
+    from fp4convert.verify.checkpoint import verify_checkpoint
+
+    report = verify_checkpoint(directory, source=source, device=device)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        for failure in report.failures:
+            click.echo(f"FAIL {failure.check:12} {failure.name}: {failure.detail}")
+        click.echo(report.summary())
+    ctx.exit(0 if report.ok else 1)

@@ -1,0 +1,150 @@
+"""``dequantize``: an NVFP4 / MXFP8 checkpoint back to a high-precision HF checkpoint.
+
+Reads any of the three dialects (ModelOpt, SGLang MXFP8, compressed-tensors), whether fp4convert
+wrote it or not, and writes plain BF16 weights that transformers loads on any device (it cannot
+load NVFP4 MoE checkpoints on CPU today). The decode is the one engines use:
+``W = e2m1 * float(weight_scale) * global_decode`` for NVFP4 (``global_decode`` is ModelOpt's
+``weight_scale_2``, or ``1 / weight_global_scale`` for compressed-tensors) and
+``W = e4m3 * 2**(e - 127)`` for MXFP8, in float32, cast once. Activation and KV scales are dropped.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4convert import __version__
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
+from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint
+from fp4convert.convert.manifest import write_json_atomic
+from fp4convert.errors import CheckpointError, ConversionError
+from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
+from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+
+__all__ = ["DequantizeReport", "dequantize_checkpoint"]
+
+# quant_method -> (NVFP4 data, block scale, global scale, global is an encode scale), MXFP8 scale name
+_DIALECT_NAMES: dict[str, dict[str, Any]] = {
+    "modelopt": {"nvfp4": ("weight", "weight_scale", "weight_scale_2", False), "mxfp8": "weight_scale"},
+    "mxfp8": {"nvfp4": None, "mxfp8": "weight_scale_inv"},
+    "compressed-tensors": {"nvfp4": ("weight_packed", "weight_scale", "weight_global_scale", True),
+                           "mxfp8": "weight_scale"},
+}  # fmt: skip
+_DROPPED_SUFFIXES = (".input_scale", ".input_global_scale", ".k_scale", ".v_scale")
+
+
+@dataclass
+class DequantizeReport:
+    destination: str
+    nvfp4_modules: int
+    mxfp8_modules: int
+    copied_tensors: int
+
+
+def _dequant_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor, encode: bool) -> torch.Tensor:
+    rows, half = packed.shape
+    values = e2m1_decode(unpack_fp4(packed)).reshape(rows, half * 2 // NVFP4_BLOCK, NVFP4_BLOCK)
+    g = global_scale.float().reshape(())
+    decode = torch.div(torch.ones((), dtype=torch.float32), g) if encode else g
+    factor = e4m3_decode(scale.reshape(-1).view(torch.uint8)).reshape(rows, -1) * decode
+    return (values * factor.unsqueeze(-1)).reshape(rows, half * 2)
+
+
+def _dequant_mxfp8(data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    values = e4m3_decode(data.reshape(-1).view(torch.uint8)).reshape(data.shape)
+    return values * e8m0_decode(scale.view(torch.uint8)).repeat_interleave(MXFP8_BLOCK, dim=-1)[:, : data.shape[1]]
+
+
+def dequantize_checkpoint(
+    source: str | Path, destination: str | Path, *, dtype: torch.dtype = torch.bfloat16, overwrite: bool = False
+) -> DequantizeReport:
+    """Write a high-precision copy of a quantized checkpoint (see the module docstring).
+
+    Raises:
+        CheckpointError: the source has no quantization_config of a known dialect, or a module
+            lacks one of its scale tensors.
+        ConversionError: the destination exists (without ``overwrite``) or overlaps the source.
+    """
+    from fp4convert.convert.execute import _check_destination, _publish
+
+    ckpt = open_checkpoint(source)
+    qc = ckpt.config.get("quantization_config") or {}
+    method = qc.get("quant_method")
+    if method not in _DIALECT_NAMES:
+        raise CheckpointError(
+            f"{source}: config.json has no quantization_config of a known dialect (quant_method={method!r})",
+            hint=f"expected one of {', '.join(_DIALECT_NAMES)}; a BF16 checkpoint needs no dequantization",
+        )
+    names = _DIALECT_NAMES[method]
+    destination = Path(destination)
+    staging = _check_destination(Path(source), destination, overwrite, resume=False)
+    files = {name: SafetensorsFile(ckpt.root / name) for name in ckpt.shards}
+
+    def read(tensor: str) -> torch.Tensor:
+        if tensor not in ckpt.tensor_file:
+            raise CheckpointError(f"{source}: tensor {tensor!r} is missing", hint="the checkpoint is incomplete",
+                                  tensor=tensor)  # fmt: skip
+        return files[ckpt.tensor_file[tensor]].read(tensor)
+
+    all_names = set(ckpt.tensor_file)
+    nvfp4 = mxfp8 = copied = 0
+    weight_map: dict[str, str] = {}
+    try:
+        for shard, entries in ckpt.shards.items():
+            plan: list[tuple[str, str, tuple[int, ...], Any]] = []
+            for name, entry in entries.items():
+                module, _, leaf = name.rpartition(".")
+                nv = names["nvfp4"]
+                if nv and leaf == nv[0] and f"{module}.{nv[2]}" in all_names:
+                    shape = (entry.shape[0], entry.shape[1] * 2)
+                    plan.append((f"{module}.weight", dtype_name(dtype), shape, ("nvfp4", module, nv)))
+                elif leaf == "weight" and entry.dtype == "F8_E4M3" and f"{module}.{names['mxfp8']}" in all_names:
+                    plan.append((name, dtype_name(dtype), entry.shape, ("mxfp8", module, names["mxfp8"])))
+                elif (nv and leaf in nv[1:]) or leaf == names["mxfp8"] or name.endswith(_DROPPED_SUFFIXES):
+                    continue  # consumed with its module, or an activation / KV scale
+                else:
+                    plan.append((name, entry.dtype, entry.shape, None))
+            writer = StreamingWriter(staging / (shard + ".tmp"), [(n, d, s) for n, d, s, _ in plan],
+                                     metadata={"format": "pt", "producer": f"fp4convert {__version__} dequantize"})  # fmt: skip
+            for out_name, _, _, how in plan:
+                if how is None:
+                    writer.write(out_name, read(out_name))
+                    copied += 1
+                elif how[0] == "nvfp4":
+                    _, module, (data, scale, glob, encode) = how
+                    w = _dequant_nvfp4(read(f"{module}.{data}"), read(f"{module}.{scale}"), read(f"{module}.{glob}"), encode)
+                    writer.write(out_name, w.to(dtype))
+                    nvfp4 += 1
+                else:
+                    _, module, scale_name = how
+                    writer.write(out_name, _dequant_mxfp8(read(f"{module}.weight"), read(f"{module}.{scale_name}")).to(dtype))
+                    mxfp8 += 1
+                weight_map[out_name] = shard
+            writer.close()
+            (staging / (shard + ".tmp")).rename(staging / shard)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        for f in files.values():
+            f.close()
+    config = {k: v for k, v in ckpt.config.items() if k != "quantization_config"}
+    config["torch_dtype"] = str(dtype).removeprefix("torch.")
+    write_json_atomic(staging / "config.json", config)
+    if list(ckpt.shards) != ["model.safetensors"]:
+        total = sum((staging / s).stat().st_size for s in ckpt.shards)
+        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    for name in ckpt.other_files:
+        if name != "fp4convert.json":
+            shutil.copy2(ckpt.root / name, staging / name)
+    if nvfp4 + mxfp8 == 0:
+        shutil.rmtree(staging)
+        raise ConversionError(f"{source}: no quantized module was found", hint="nothing to dequantize")
+    _publish(staging, destination)
+    return DequantizeReport(str(destination), nvfp4, mxfp8, copied)
+
+
