@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fp4convert.errors import MappingError
 from fp4convert.families._config import ModelConfig
-from fp4convert.families._tables import QKV, Direct, GatedMLP, embedding, linear, norm, vector
+from fp4convert.families._tables import QKV, Direct, Features, GatedMLP, embedding, linear, norm, vector
 from fp4convert.inventory import Role
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "GQA_ATTENTION",
     "QK_NORM",
     "ROUTED_EXPERTS",
+    "dense_features",
     "gqa_dims",
     "model_features",
 ]
@@ -175,3 +176,16 @@ def model_features(config: ModelConfig, *, qkv_bias: bool | None = None) -> set[
             field="mlp_bias",
         )
     return found
+
+
+def dense_features(*, qkv_bias: bool | None = None) -> Features:
+    """The ``features`` function of a dense family: :func:`model_features` plus a dense MLP everywhere.
+
+    Args:
+        qkv_bias: as in :func:`model_features` (Qwen2 passes True).
+    """
+
+    def features(config: ModelConfig, layer: int | None) -> frozenset[str]:
+        return frozenset(model_features(config, qkv_bias=qkv_bias) | {"dense_mlp"})
+
+    return features

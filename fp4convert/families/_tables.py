@@ -41,10 +41,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "QKV",
+    "Dims",
     "Direct",
     "Entry",
     "Family",
     "FamilyKey",
+    "Features",
     "GatedMLP",
     "HFTensor",
     "ScaleGroup",
