@@ -38,8 +38,7 @@ def model_option(*, required: bool = False) -> Callable[[Callable[..., Any]], Ca
         "--model",
         "model",
         metavar="CONFIG_OR_DIR",
-        required=required,
-        default=None,
+        required=required,  # no explicit default: click >= 8.3 treats default=None as a value
         help="The model: a checkpoint directory, a config.json, a shipped config name (e.g. DeepSeek-V3), "
         "or a tensor list file (JSON/YAML list of {name, shape, role?, layer?, ...}).",
     )
