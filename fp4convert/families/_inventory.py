@@ -123,6 +123,12 @@ def _describe_unique(mapper: NameMapper, name: str) -> TensorInfo:
 
 
 def _unmapped_hint(mapper: NameMapper, name: str) -> str:
+    if name.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+        return (
+            "this is transformers 5's fused in-memory expert layout, written by "
+            "save_pretrained(save_original_format=False); re-save with the default "
+            "save_original_format=True, which writes one tensor per expert projection"
+        )
     if name.endswith("_scale_inv") or name.endswith("_scale") or name.endswith("input_scale"):
         return (
             "this looks like a quantized source checkpoint; convert from a BF16 checkpoint (dequantize first)"

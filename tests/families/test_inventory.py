@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from fp4convert.errors import CheckpointError, MappingError
 from fp4convert.families import (
+    describe_name,
     inventory_from_checkpoint,
     inventory_from_config,
     load_config,
@@ -108,6 +109,15 @@ def test_checkpoint_inventory_names_a_foreign_tensor(
     with pytest.raises(MappingError, match=rf"^tensor `{foreign}` is not a llama tensor") as raised:
         inventory_from_checkpoint(tmp_path)
     assert "quantized source checkpoint" in (raised.value.hint or "")
+
+
+def test_fused_expert_layout_is_named_with_the_way_out() -> None:
+    config = load_config("Qwen3-30B-A3B")
+    with pytest.raises(
+        MappingError, match=r"^tensor `model.layers.0.mlp.experts.gate_up_proj` is not a"
+    ) as err:
+        describe_name("model.layers.0.mlp.experts.gate_up_proj", config)
+    assert "save_original_format=True" in (err.value.hint or "")
 
 
 def test_checkpoint_without_weights_is_a_checkpoint_error(tmp_path: Path) -> None:
