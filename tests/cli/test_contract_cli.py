@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from contract.helpers import CONTRACTS, TOY_MLA, TOY_MOE
+from contract.helpers import CONTRACTS, SEED_ENVIRONMENT, TOY_MLA, TOY_MOE
 
 from fp4convert.cli import cli, main
 from fp4convert.contract import Contract
@@ -90,16 +90,7 @@ def test_schema_is_the_model_schema() -> None:
 def test_emit_env_prints_the_seed_environment() -> None:
     code, out, err = _run("contract", "emit", PER_TOKEN, "--target", "env")
     assert (code, err) == (0, "")
-    assert out == (
-        "NVTE_NVFP4_ROW_SCALED_ACTIVATION=1\n"
-        "NVTE_BACKWARD_OVERRIDE=high_precision\n"
-        "NVTE_NVFP4_DISABLE_2D_QUANTIZATION=1\n"
-        "NVTE_NVFP4_DISABLE_RHT=1\n"
-        "NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1\n"
-        "TRTLLM_DISABLE_FP4_QUANT_FAST_MATH=1\n"
-        "FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH=1\n"
-        "SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1\n"
-    )
+    assert out == SEED_ENVIRONMENT
 
 
 def test_emit_notes_go_to_stderr() -> None:

@@ -13,6 +13,19 @@ CONTRACTS = REPO / "contracts"
 TOY_MOE = DATA / "toy_qwen3_moe.yaml"
 TOY_MLA = DATA / "toy_deepseek_v3.yaml"
 
+#: The reference environment of the per-token NVFP4 recipe with high-precision backward
+#: (shared/spec/background.md), line for line.
+SEED_ENVIRONMENT = """\
+NVTE_NVFP4_ROW_SCALED_ACTIVATION=1
+NVTE_BACKWARD_OVERRIDE=high_precision
+NVTE_NVFP4_DISABLE_2D_QUANTIZATION=1
+NVTE_NVFP4_DISABLE_RHT=1
+NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1
+TRTLLM_DISABLE_FP4_QUANT_FAST_MATH=1
+FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH=1
+SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1
+"""
+
 #: Every shipped contract file, by stem.
 SHIPPED = sorted(path.stem for path in CONTRACTS.glob("*.yaml"))
 

@@ -6,26 +6,13 @@ import fnmatch
 
 import pytest
 import yaml
-from contract.helpers import CONTRACTS, SHIPPED, make_contract, rule
+from contract.helpers import CONTRACTS, SEED_ENVIRONMENT, SHIPPED, make_contract, rule
 
 from fp4convert.contract import load_contract
 from fp4convert.contract.emit import TARGETS, emit
 from fp4convert.contract.resolve import decide_all, megatron_module_path
 from fp4convert.errors import ContractError
 from fp4convert.inventory import ModelInventory
-
-# The reference environment of the per-token NVFP4 recipe with high-precision backward
-# (shared/spec/background.md), line for line.
-SEED_ENVIRONMENT = """\
-NVTE_NVFP4_ROW_SCALED_ACTIVATION=1
-NVTE_BACKWARD_OVERRIDE=high_precision
-NVTE_NVFP4_DISABLE_2D_QUANTIZATION=1
-NVTE_NVFP4_DISABLE_RHT=1
-NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1
-TRTLLM_DISABLE_FP4_QUANT_FAST_MATH=1
-FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH=1
-SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1
-"""
 
 TE_HEADER = (
     "# TransformerEngine precision config from fp4convert contract '{name}' (sha256 {hash}).\n"
