@@ -12,7 +12,12 @@ The public surface is listed in ``__all__`` (a test guards it). Modules, one job
 
 Example:
     >>> from fp4convert.contract import load_contract
-    >>> contract = load_contract("contracts/nvfp4-experts-per-token.yaml")  # doctest: +SKIP
+    >>> from fp4convert.inventory import Role, TensorInfo
+    >>> contract = load_contract("contracts/nvfp4-experts-per-token.yaml")
+    >>> expert = TensorInfo("model.layers.3.mlp.experts.7.up_proj.weight", (768, 2048),
+    ...                     role=Role.ROUTED_EXPERT, layer=3, gemm_weight=True)
+    >>> contract.decide(expert, num_layers=48).format
+    'nvfp4'
 """
 
 from __future__ import annotations

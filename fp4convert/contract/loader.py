@@ -63,9 +63,9 @@ def load_contract(path: str | os.PathLike[str]) -> Contract:
             contract; the message names the file, line and field.
 
     Example:
-        >>> contract = load_contract("contracts/nvfp4-experts-per-token.yaml")  # doctest: +SKIP
-        >>> contract.backward  # doctest: +SKIP
-        'high_precision'
+        >>> contract = load_contract("contracts/nvfp4-experts-per-token.yaml")
+        >>> contract.backward, contract.formats.nvfp4.per_token_activations
+        ('high_precision', True)
     """
     data, root, source = read_document(path, error_cls=ContractError)
     return validate_document(Contract, data, root, source, error_cls=ContractError)
@@ -88,8 +88,21 @@ def read_document(
 ) -> tuple[Any, Node | None, str]:
     """Read a YAML or JSON file safely: (data, YAML node tree for line numbers or None, source).
 
+    Args:
+        path: a ``.yaml``, ``.yml`` or ``.json`` file.
+        error_cls: the exception to raise (ContractError for contracts, MappingError for models).
+
+    Returns:
+        The parsed data, the composed YAML node tree (None if a JSON file is not also valid YAML)
+        and the file name used in messages.
+
     Raises:
         error_cls: the file is missing, has another extension, or does not parse.
+
+    Example:
+        >>> data, root, source = read_document("contracts/bf16-all.yaml", error_cls=ContractError)
+        >>> data["name"], root.start_mark.line, source
+        ('bf16-all', 1, 'contracts/bf16-all.yaml')
     """
     file = Path(path)
     source = str(file)
@@ -298,8 +311,25 @@ def validate_document(
 
     The error reported is the one earliest in the file; the message says how many more there are.
 
+    Args:
+        model: the pydantic model class.
+        data: the parsed document.
+        root: its YAML node tree (for line numbers), or None.
+        source: the file name used in messages.
+        error_cls: the exception to raise.
+
+    Returns:
+        The validated model instance.
+
     Raises:
         error_cls: with ``file``, ``line`` and ``field`` set.
+
+    Example:
+        >>> data, root, source = read_document("contracts/bf16-all.yaml", error_cls=ContractError)
+        >>> validate_document(Contract, {**data, "backward": "fast"}, root, source, error_cls=ContractError)
+        Traceback (most recent call last):
+        ...
+        fp4convert.errors.ContractError: contracts/bf16-all.yaml:19: backward: found 'fast', ...
     """
     try:
         return model.model_validate(data)

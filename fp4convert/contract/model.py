@@ -242,7 +242,12 @@ UNION_TAGS = frozenset({"layer-count", "layer-fraction"})
 
 
 def layer_count(value: int | LayerFraction, num_layers: int) -> int:
-    """Resolve a :data:`LayerCount` against the model's decoder layer count."""
+    """Resolve a :data:`LayerCount` against the model's decoder layer count.
+
+    Example:
+        >>> layer_count(2, 61), layer_count(LayerFraction(fraction=0.15, rounding="ceil"), 61)
+        (2, 10)
+    """
     return value if isinstance(value, int) else value.count(num_layers)
 
 

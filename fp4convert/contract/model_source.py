@@ -149,9 +149,9 @@ def load_model_inventory(path: str | os.PathLike[str]) -> ModelInventory:
             tensor list entry is malformed.
 
     Example:
-        >>> inventory = load_model_inventory("tests/contract/data/toy_moe.yaml")  # doctest: +SKIP
-        >>> inventory.num_layers  # doctest: +SKIP
-        4
+        >>> inventory = load_model_inventory("tests/contract/data/toy_qwen3_moe.yaml")
+        >>> inventory.family, inventory.num_layers, len(inventory)
+        ('toy_qwen3_moe', 4, 87)
     """
     file = Path(path)
     if file.is_dir():

@@ -24,7 +24,12 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def family_function(name: str) -> Callable[..., Any] | None:
-    """``fp4convert.families.<name>`` if the families package provides it yet, else None."""
+    """``fp4convert.families.<name>`` if the families package provides it yet, else None.
+
+    Example:
+        >>> family_function("no_such_function") is None
+        True
+    """
     families = importlib.import_module("fp4convert.families")
     function = getattr(families, name, None)
     return function if callable(function) else None

@@ -393,7 +393,18 @@ def decide(contract: Contract, tensor: TensorInfo, *, num_layers: int, num_mtp_l
 def fused_conflicts(
     decisions: dict[str, Decision], tensors: Iterable[TensorInfo]
 ) -> list[tuple[str, tuple[TensorInfo, ...]]]:
-    """Fused groups whose members were given different formats, as (group, members) pairs."""
+    """Fused groups whose members were given different formats, as (group, members) pairs.
+
+    Example:
+        >>> gate = TensorInfo("g", fused_group="e0.gate_up")
+        >>> up = TensorInfo("u", fused_group="e0.gate_up")
+        >>> decisions = {"g": Decision("g", "bf16", None, "default", "", ()),
+        ...              "u": Decision("u", "nvfp4", None, "rules[0]", "", ())}
+        >>> [(group, [m.name for m in members]) for group, members in fused_conflicts(decisions, [gate, up])]
+        [('e0.gate_up', ['g', 'u'])]
+        >>> describe_conflict("e0.gate_up", (gate, up), decisions)
+        "fused group 'e0.gate_up' splits into different formats: g=bf16 (default), u=nvfp4 (rules[0])"
+    """
     groups: dict[str, list[TensorInfo]] = defaultdict(list)
     for tensor in tensors:
         if tensor.fused_group is not None and tensor.name in decisions:
