@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fp4convert.contract.model import Namespace
 from fp4convert.errors import MappingError
 from fp4convert.inventory import TensorInfo
 
@@ -51,8 +52,8 @@ def layer_from_name(name: str) -> int | None:
 
 
 def describe_tensor_name(
-    name: str, *, namespace: str | None = None
-) -> tuple[TensorInfo, frozenset[Any], tuple[str, ...]]:
+    name: str, *, namespace: Namespace | None = None
+) -> tuple[TensorInfo, frozenset[Namespace], tuple[str, ...]]:
     """Describe a tensor from its name alone.
 
     Args:
@@ -77,9 +78,11 @@ def describe_tensor_name(
         except MappingError as exc:
             reason = f"no model family recognises it ({exc.message})"
         else:
-            spaces = frozenset({"hf", "megatron"}) if tensor.megatron_name else frozenset({"hf"})
+            spaces: frozenset[Namespace] = (
+                frozenset({"hf", "megatron"}) if tensor.megatron_name else frozenset({"hf"})
+            )
             return tensor, spaces, ()
-    scheme = namespace or "hf"
+    scheme: Namespace = namespace or "hf"
     tensor = TensorInfo(
         name=name,
         layer=layer_from_name(name),

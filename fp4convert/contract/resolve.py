@@ -15,8 +15,10 @@ only the order ``explain`` lists the matches in, because every tier above "rules
 6. ``rules[i]``: among the rules that match, the most specific wins: kind first
    (``exact`` > ``regex`` > ``glob``), then the number of literal characters in the pattern
    (:func:`fp4convert.contract.patterns.literal_length`). Two equally specific rules that give
-   different formats are an error (:class:`~fp4convert.errors.ContractError`), never a coin flip.
-   Equally specific rules that agree are both listed; the earlier is named the winner.
+   different formats are an error (:class:`~fp4convert.errors.ContractError`), never a coin flip;
+   this is checked even where an exception decides, so a latent conflict cannot surface later
+   when the exception is removed. Equally specific rules that agree are both listed; the earlier
+   is named the winner.
 7. ``default``: the contract default, if not null; otherwise the tensor is uncovered, an error.
 
 Nothing depends on the order of keys in the contract file, and the order of ``rules`` can only
