@@ -217,38 +217,58 @@ def _write_shard(
     tmp = path.with_name(path.name + ".tmp")
     writer = StreamingWriter(tmp, layout, metadata={"format": "pt", "producer": f"fp4convert {__version__}"})
     profile = plan.contract.quantizer
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fp4convert-read") as pool:
-        # Read the next tensor while this one is quantized and written.
+
+    def write(item: PlannedTensor, x: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> None:
+        reader.consumed(item.info.name, x)  # source hash, in file order
+        for name, _, _ in item.outputs:
+            writer.write(name, tensors[name])  # per-tensor sha256 + file write
+        hook("tensor", {"name": item.info.name, "bytes": plan.source.entry(item.info.name).nbytes})
+
+    # Three stages overlap: one thread reads the next source tensor, this thread quantizes (the
+    # kernel itself is multi-threaded), one thread hashes and writes. hashlib, file I/O and the
+    # native kernel all release the GIL. At most two writes are in flight, so memory stays bounded.
+    with ThreadPoolExecutor(1, thread_name_prefix="fp4convert-read") as read_pool, \
+            ThreadPoolExecutor(1, thread_name_prefix="fp4convert-write") as write_pool:  # fmt: skip
+
         def load(item: PlannedTensor) -> Future[torch.Tensor]:
             early = amaxes.take(item.info.name)
             if early is not None:
                 done: Future[torch.Tensor] = Future()
                 done.set_result(early)
                 return done
-            return pool.submit(reader.read, item.info.name)
+            return read_pool.submit(reader.read, item.info.name)
 
+        writes: list[Future[None]] = []
+        upcoming = load(items[0]) if items else None
         try:
-            upcoming = load(items[0]) if items else None
             for index, item in enumerate(items):
                 assert upcoming is not None
                 x = upcoming.result()
-                upcoming = None
                 amax = amaxes.amax_for(item, x)
                 upcoming = load(items[index + 1]) if index + 1 < len(items) else None
-                reader.consumed(item.info.name, x)
                 q = quantize_planned(item, x, profile=profile, amax=amax, device=device)
                 tensors = plan.dialect.encode(item, q, x, _input_amax(item, plan, calibration))
-                for name, _, _ in item.outputs:
-                    writer.write(name, tensors[name])
-                hook("tensor", {"name": item.info.name, "bytes": plan.source.entry(item.info.name).nbytes})
+                writes.append(write_pool.submit(write, item, x, tensors))
+                while len(writes) > 2 or (writes and writes[0].done()):
+                    writes.pop(0).result()
+            for pending in writes:
+                pending.result()
             writer.close()
         except BaseException:
-            if upcoming is not None:
-                upcoming.cancel()
+            for pending in [upcoming, *writes]:
+                if pending is not None:
+                    pending.cancel()
+            write_pool.shutdown(wait=True)
             writer.abort()
             raise
     os.replace(tmp, path)
     return writer.sha256
+
+
+def _tensor_hashes(path: Path) -> dict[str, str]:
+    """sha256 of every tensor of a finished shard (how ``resume`` decides to keep it)."""
+    with SafetensorsFile(path) as f:
+        return {name: hashlib.sha256(f.read_bytes(name).numpy()).hexdigest() for name in f.entries}
 
 
 def _manifest(
@@ -419,7 +439,7 @@ def convert_checkpoint(
         for file_name, items in by_file.items():
             done = journal["files"].get(file_name)
             path = staging / file_name
-            if done and path.is_file() and file_sha256(path) == done["file_sha256"]:
+            if done and path.is_file() and _tensor_hashes(path) == done["tensors"]:
                 sha.update(done["tensors"])
                 resumed.append(file_name)
                 hook("shard", {"file": file_name, "resumed": True,
@@ -429,7 +449,7 @@ def convert_checkpoint(
             tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device,
                                       calibration=calib, hook=hook)  # fmt: skip
             sha.update(tensor_sha)
-            journal["files"][file_name] = {"file_sha256": file_sha256(path), "tensors": tensor_sha}
+            journal["files"][file_name] = {"tensors": tensor_sha}
             write_json_atomic(journal_path, journal)
         source_hashes = reader.shard_hashes()
     finally:

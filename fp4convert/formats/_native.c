@@ -78,93 +78,6 @@ static void init_lut(void) {
     lut_ready = 1;
 }
 
-/* float32 -> E2M1 code, RNE on {0,.5,1,1.5,2,3,4,6}, saturating; NaN -> 0x7. */
-static inline uint8_t e2m1_code(float y, int signed_zero) {
-    float a = u2f(f2u(y) & 0x7FFFFFFFu);
-    if (!(a == a)) return 0x7;
-    uint8_t m = (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
-                          (a >= 3.5f) + (a > 5.0f));
-    uint8_t neg = signed_zero ? (uint8_t)(f2u(y) >> 31) : (uint8_t)(y < 0.0f);
-    return (uint8_t)(m | (neg << 3));
-}
-
-/* Per-row NaN-ignoring amax of rows [r0, r1). */
-void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols,
-                      int64_t ld, float *out) {
-    int esize = dtype == DT_F32 ? 4 : 2;
-    for (int64_t r = r0; r < r1; ++r) {
-        const char *row = (const char *)src + r * ld * esize;
-        float m = 0.0f;
-        for (int64_t i = 0; i < cols; ++i) {
-            float a = abs_nan0(load(row, dtype, i));
-            m = a > m ? a : m;
-        }
-        out[r] = m;
-    }
-}
-
-/*
- * NVFP4 1x16 rows [r0, r1) of a (rows, cols) matrix with row stride ld (elements).
- * s_dec[r], mult[r]: the row's outer scales (profiles.OuterScales). block_amax: NULL, or a
- * (rows, cols/16) float array used instead of each block's own amax (16x16 tiles).
- * Writes data (rows, cols/2) and scale (rows, cols/16).
- */
-void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
-                     const float *s_dec, const float *mult, const float *block_amax, int profile,
-                     uint8_t *out_data, uint8_t *out_scale) {
-    init_lut();
-    int esize = dtype == DT_F32 ? 4 : 2;
-    int64_t nb = cols / 16;
-    int signed_zero = profile != PROFILE_MODELOPT;
-    for (int64_t r = r0; r < r1; ++r) {
-        const char *row = (const char *)src + r * ld * esize;
-        float sdec = s_dec[r], mlt = mult[r];
-        for (int64_t b = 0; b < nb; ++b) {
-            float x[16];
-            float amax = 0.0f;
-            for (int i = 0; i < 16; ++i) {
-                x[i] = load(row, dtype, b * 16 + i);
-                float a = abs_nan0(x[i]);
-                amax = a > amax ? a : amax;
-            }
-            if (block_amax) amax = block_amax[r * nb + b];
-            uint8_t sf;
-            uint8_t codes[16];
-            if (profile == PROFILE_MODELOPT) {
-                if (sdec == 0.0f) { /* all-zero tensor: defined as scale 1.0, zero data */
-                    sf = 0x38;
-                    for (int i = 0; i < 16; ++i) codes[i] = 0;
-                } else {
-                    float psc = amax / mlt;
-                    if (psc == 0.0f) psc = 1.0f;
-                    if (psc < 0.001953125f) psc = 0.001953125f; /* clamp to [2^-9, 448] */
-                    if (psc > 448.0f) psc = 448.0f;
-                    sf = e4m3_from_nonneg(psc);
-                    float denom = E4M3_LUT[sf] * sdec;
-                    for (int i = 0; i < 16; ++i) codes[i] = e2m1_code(x[i] / denom, 0);
-                }
-            } else {
-                float d = (profile == PROFILE_TE) ? amax * mlt : (amax / 6.0f) * mlt;
-                sf = e4m3_from_nonneg(d);
-                float enc = 1.0f / (E4M3_LUT[sf] * sdec);
-                if (enc > FLT_MAX_F) enc = FLT_MAX_F;
-                for (int i = 0; i < 16; ++i) codes[i] = e2m1_code(x[i] * enc, signed_zero);
-            }
-            out_scale[r * nb + b] = sf;
-            uint8_t *dst = out_data + r * (cols / 2) + b * 8;
-            for (int i = 0; i < 8; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
-        }
-    }
-}
-
-/* float32 -> E4M3 byte with sign, satfinite RNE (MXFP8 data). NaN -> 0x7F. */
-static inline uint8_t e4m3_signed(float y) {
-    uint32_t u = f2u(y);
-    float a = u2f(u & 0x7FFFFFFFu);
-    if (!(a == a)) return 0x7F;
-    return (uint8_t)(e4m3_from_nonneg(a) | ((u >> 24) & 0x80u));
-}
-
 /* Smallest power of two >= v as an E8M0 exponent (cvt.rp.satfinite.ue8m0x2.f32), v >= 0. */
 static inline uint8_t e8m0_roundup(float v) {
     uint32_t b = f2u(v);
@@ -175,29 +88,194 @@ static inline uint8_t e8m0_roundup(float v) {
     return (uint8_t)e;
 }
 
+/*
+ * The hot loops below are written branch-free over whole rows so the compiler vectorizes them
+ * (no -ffast-math needed): maxima of non-negative floats are taken on their bit patterns (same
+ * order as the values), conversions are selects. target_clones builds AVX-512, AVX2 and baseline
+ * copies and picks one at load time; every copy performs the same IEEE operations.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FP4C_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define FP4C_CLONES
+#endif
+
+#define MAX_COLS_STACK 8192
+
+/* Widen one row to float32 (exact for every input dtype). */
+static inline void widen_row(const void *row, int dtype, int64_t cols, float *out) {
+    if (dtype == DT_BF16) {
+        const uint16_t *h = (const uint16_t *)row;
+        for (int64_t i = 0; i < cols; ++i) out[i] = u2f(((uint32_t)h[i]) << 16);
+    } else if (dtype == DT_F16) {
+        const uint16_t *h = (const uint16_t *)row;
+        for (int64_t i = 0; i < cols; ++i) out[i] = half_to_float(h[i]);
+    } else {
+        memcpy(out, row, (size_t)cols * sizeof(float));
+    }
+}
+
+/* NaN-ignoring |x| bits: NaN -> 0; non-negative float bits order like their values. */
+static inline uint32_t abs_bits(float x) {
+    uint32_t a = f2u(x) & 0x7FFFFFFFu;
+    return a > 0x7F800000u ? 0u : a;
+}
+
+/* Block maxima of |x| over blocks of `block` elements (NaN ignored). */
+static inline void blocks_amax(const float *x, int64_t nb, int block, float *out) {
+    for (int64_t b = 0; b < nb; ++b) {
+        uint32_t m = 0;
+        for (int i = 0; i < block; ++i) {
+            uint32_t a = abs_bits(x[b * block + i]);
+            m = a > m ? a : m;
+        }
+        out[b] = u2f(m);
+    }
+}
+
+/* Branch-free E4M3 satfinite RNE of a float32 with its sign (NaN -> 0x7F). */
+static inline uint8_t e4m3_any(float y) {
+    uint32_t u = f2u(y);
+    uint32_t a = u & 0x7FFFFFFFu;
+    float af = u2f(a);
+    float small = af < 0.015625f ? af : 0.0f;
+    uint32_t sub = (uint32_t)(int32_t)((small * 512.0f + 8388608.0f) - 8388608.0f);
+    uint32_t b = a + 0x7FFFFu + ((a >> 20) & 1u);
+    uint32_t normal = (((b >> 23) - 120u) << 3) | ((b >> 20) & 7u);
+    uint32_t code = af < 0.015625f ? sub : normal;
+    code = (af < 0.015625f || code <= 0x7Eu) ? code : 0x7Eu;
+    code = a > 0x7F800000u ? 0x7Fu : (code | ((u >> 24) & 0x80u));
+    return (uint8_t)code;
+}
+
+/* Branch-free E2M1 code of a float32 (RNE, saturating, NaN -> 0x7). */
+static inline uint8_t e2m1_any(float y, int signed_zero) {
+    uint32_t u = f2u(y);
+    float a = u2f(u & 0x7FFFFFFFu);
+    uint32_t m = (uint32_t)(a > 0.25f) + (uint32_t)(a >= 0.75f) + (uint32_t)(a > 1.25f) + (uint32_t)(a >= 1.75f) +
+                 (uint32_t)(a > 2.5f) + (uint32_t)(a >= 3.5f) + (uint32_t)(a > 5.0f);
+    uint32_t neg = signed_zero ? (u >> 31) : (uint32_t)(y < 0.0f);
+    uint32_t code = m | (neg << 3);
+    return (uint8_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7u : code);
+}
+
+/* Per-row NaN-ignoring amax of rows [r0, r1). */
+FP4C_CLONES
+void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols,
+                      int64_t ld, float *out) {
+    int esize = dtype == DT_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; ++r) {
+        const char *row = (const char *)src + r * ld * esize;
+        uint32_t m = 0;
+        if (dtype == DT_BF16) {
+            const uint16_t *h = (const uint16_t *)row;
+            for (int64_t i = 0; i < cols; ++i) {
+                uint32_t a = abs_bits(u2f(((uint32_t)h[i]) << 16));
+                m = a > m ? a : m;
+            }
+        } else {
+            for (int64_t i = 0; i < cols; ++i) {
+                uint32_t a = abs_bits(load(row, dtype, i));
+                m = a > m ? a : m;
+            }
+        }
+        out[r] = u2f(m);
+    }
+}
+
+/* Scale byte and per-block multiplier (te: encode scale; modelopt: divisor) of one NVFP4 block. */
+static inline uint8_t nvfp4_block_scale(float amax, float sdec, float mlt, int profile, float *factor) {
+    if (profile == PROFILE_MODELOPT) {
+        if (sdec == 0.0f) { /* all-zero tensor: defined as scale 1.0, zero data */
+            *factor = 0.0f;
+            return 0x38;
+        }
+        float psc = amax / mlt;
+        if (psc == 0.0f) psc = 1.0f;
+        if (psc < 0.001953125f) psc = 0.001953125f; /* clamp to [2^-9, 448] */
+        if (psc > 448.0f) psc = 448.0f;
+        uint8_t sf = e4m3_from_nonneg(psc);
+        *factor = E4M3_LUT[sf] * sdec;
+        return sf;
+    }
+    float d = (profile == PROFILE_TE) ? amax * mlt : (amax / 6.0f) * mlt;
+    uint8_t sf = e4m3_from_nonneg(d);
+    float enc = 1.0f / (E4M3_LUT[sf] * sdec);
+    *factor = enc > FLT_MAX_F ? FLT_MAX_F : enc;
+    return sf;
+}
+
+/*
+ * NVFP4 1x16 rows [r0, r1) of a (rows, cols) matrix with row stride ld (elements).
+ * s_dec[r], mult[r]: the row's outer scales (profiles.OuterScales). block_amax: NULL, or a
+ * (rows, cols/16) float array used instead of each block's own amax (16x16 tiles).
+ * Writes data (rows, cols/2) and scale (rows, cols/16).
+ */
+FP4C_CLONES
+void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                     const float *s_dec, const float *mult, const float *block_amax, int profile,
+                     uint8_t *out_data, uint8_t *out_scale) {
+    init_lut();
+    int esize = dtype == DT_F32 ? 4 : 2;
+    int64_t nb = cols / 16;
+    int signed_zero = profile != PROFILE_MODELOPT;
+    for (int64_t c0 = 0; c0 < cols; c0 += MAX_COLS_STACK) {
+        /* rows are processed in column chunks so the scratch buffers stay on the stack */
+        int64_t width = cols - c0 < MAX_COLS_STACK ? cols - c0 : MAX_COLS_STACK;
+        int64_t nbc = width / 16;
+        float x[MAX_COLS_STACK], amax[MAX_COLS_STACK / 16], factor[MAX_COLS_STACK / 16];
+        uint8_t codes[MAX_COLS_STACK];
+        for (int64_t r = r0; r < r1; ++r) {
+            const char *row = (const char *)src + (r * ld + c0) * esize;
+            widen_row(row, dtype, width, x);
+            if (block_amax) memcpy(amax, block_amax + r * nb + c0 / 16, (size_t)nbc * sizeof(float));
+            else blocks_amax(x, nbc, 16, amax);
+            uint8_t *scale = out_scale + r * nb + c0 / 16;
+            for (int64_t b = 0; b < nbc; ++b) scale[b] = nvfp4_block_scale(amax[b], s_dec[r], mult[r], profile, &factor[b]);
+            /* one fixed-length inner loop per block: a single vector on AVX-512 */
+            if (profile == PROFILE_MODELOPT) {
+                for (int64_t b = 0; b < nbc; ++b) {
+                    const float f = factor[b];
+                    for (int i = 0; i < 16; ++i) codes[b * 16 + i] = f == 0.0f ? 0 : e2m1_any(x[b * 16 + i] / f, 0);
+                }
+            } else if (signed_zero) {
+                for (int64_t b = 0; b < nbc; ++b) {
+                    const float f = factor[b];
+                    for (int i = 0; i < 16; ++i) codes[b * 16 + i] = e2m1_any(x[b * 16 + i] * f, 1);
+                }
+            }
+            uint8_t *dst = out_data + r * (cols / 2) + c0 / 2;
+            for (int64_t i = 0; i < width / 2; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
+        }
+    }
+}
+
 /* MXFP8 1x32 rows [r0, r1): data (rows, cols) E4M3 bytes, scale (rows, cols/32) E8M0. */
+FP4C_CLONES
 void fp4c_mxfp8_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
                      uint8_t *out_data, uint8_t *out_scale) {
     const float r448 = 1.0f / 448.0f; /* rn32(1/448) = 0x3B124925, TE's max_norm_rcp */
     int esize = dtype == DT_F32 ? 4 : 2;
     int64_t nb = cols / 32;
-    for (int64_t r = r0; r < r1; ++r) {
-        const char *row = (const char *)src + r * ld * esize;
-        for (int64_t b = 0; b < nb; ++b) {
-            float x[32];
-            float amax = 0.0f;
-            for (int i = 0; i < 32; ++i) {
-                x[i] = load(row, dtype, b * 32 + i);
-                float a = abs_nan0(x[i]);
-                amax = a > amax ? a : amax;
+    for (int64_t c0 = 0; c0 < cols; c0 += MAX_COLS_STACK) {
+        int64_t width = cols - c0 < MAX_COLS_STACK ? cols - c0 : MAX_COLS_STACK;
+        int64_t nbc = width / 32;
+        float x[MAX_COLS_STACK], amax[MAX_COLS_STACK / 32], inv[MAX_COLS_STACK / 32];
+        for (int64_t r = r0; r < r1; ++r) {
+            const char *row = (const char *)src + (r * ld + c0) * esize;
+            widen_row(row, dtype, width, x);
+            blocks_amax(x, nbc, 32, amax);
+            uint8_t *scale = out_scale + r * nb + c0 / 32;
+            for (int64_t b = 0; b < nbc; ++b) {
+                uint8_t e = e8m0_roundup(amax[b] * r448);
+                scale[b] = e;
+                inv[b] = (e == 254) ? u2f(0x00400000u) : u2f((uint32_t)(254 - e) << 23); /* 2^(127-e) */
             }
-            uint8_t e = e8m0_roundup(amax * r448);
-            float inv = (e == 0) ? u2f(0x7F000000u)                 /* 2^127 */
-                        : (e == 254) ? u2f(0x00400000u)             /* 2^-127, subnormal */
-                                     : u2f((uint32_t)(254 - e) << 23); /* 2^(127-e) */
-            out_scale[r * nb + b] = e;
-            uint8_t *dst = out_data + r * cols + b * 32;
-            for (int i = 0; i < 32; ++i) dst[i] = e4m3_signed(x[i] * inv);
+            uint8_t *dst = out_data + r * cols + c0;
+            for (int64_t b = 0; b < nbc; ++b) {
+                const float f = inv[b];
+                for (int i = 0; i < 32; ++i) dst[b * 32 + i] = e4m3_any(x[b * 32 + i] * f);
+            }
         }
     }
 }
