@@ -20,6 +20,7 @@ DEBUG_ENV = "FP4CONVERT_DEBUG"
 
 # (module under fp4convert.cli, attribute): one line per command or command group.
 _COMMANDS: tuple[tuple[str, str], ...] = (
+    ("demo", "demo"),
     ("golden", "golden"),
     ("convert", "convert"),
     ("verify", "verify"),

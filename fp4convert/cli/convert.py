@@ -15,8 +15,8 @@ from fp4convert.dialects import DIALECTS
 @click.command()
 @click.argument("source")
 @click.argument("destination", type=click.Path(path_type=Path))
-@click.option("--contract", "contract_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Precision contract (YAML or JSON).")  # fmt: skip
+@click.option("--contract", "contract_path", required=True,
+              help="Precision contract: a YAML/JSON file, or a shipped name such as nvfp4-experts-per-token.")  # fmt: skip
 @click.option("--dialect", type=click.Choice(sorted(DIALECTS)), default="modelopt", show_default=True,
               help="On-disk format engines load.")  # fmt: skip
 @options.device
@@ -30,7 +30,7 @@ from fp4convert.dialects import DIALECTS
 @options.quiet
 @options.json_output
 def convert(
-    source: str, destination: Path, contract_path: Path, dialect: str, device: str, workers: int | None,
+    source: str, destination: Path, contract_path: str, dialect: str, device: str, workers: int | None,
     max_shard_size: str | None, calibration: Path | None, revision: str | None, overwrite: bool, resume: bool,
     quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip

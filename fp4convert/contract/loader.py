@@ -53,7 +53,8 @@ def load_contract(path: str | os.PathLike[str]) -> Contract:
     """Load and validate a contract file.
 
     Args:
-        path: a ``.yaml``, ``.yml`` or ``.json`` file.
+        path: a ``.yaml``, ``.yml`` or ``.json`` file, or the name of a shipped contract
+            (``nvfp4-experts-per-token``; see :mod:`fp4convert.contract.shipped`).
 
     Returns:
         The contract.
@@ -67,7 +68,9 @@ def load_contract(path: str | os.PathLike[str]) -> Contract:
         >>> contract.backward, contract.formats.nvfp4.per_token_activations
         ('high_precision', True)
     """
-    data, root, source = read_document(path, error_cls=ContractError)
+    from fp4convert.contract.shipped import resolve_contract_path
+
+    data, root, source = read_document(resolve_contract_path(path), error_cls=ContractError)
     return validate_document(Contract, data, root, source, error_cls=ContractError)
 
 
