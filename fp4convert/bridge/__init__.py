@@ -11,6 +11,6 @@ export followed the contract.
 
 from __future__ import annotations
 
-from fp4convert.megatron.export import export_hf
+from fp4convert.bridge.export import export_hf
 
 __all__ = ["export_hf"]

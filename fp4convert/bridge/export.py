@@ -24,7 +24,7 @@ from fp4convert.convert.plan import PlannedTensor
 from fp4convert.dialects import Dialect, get_dialect
 from fp4convert.errors import ConversionError, MappingError
 from fp4convert.families import megatron_to_hf
-from fp4convert.megatron.tables import ConfigLike, ContractLike, FamilyLike, ModelTables, model_tables
+from fp4convert.bridge.tables import ConfigLike, ContractLike, FamilyLike, ModelTables, model_tables
 
 __all__ = ["export_hf", "input_scale_name"]
 
