@@ -19,12 +19,12 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 
+from fp4convert.bridge.tables import ConfigLike, ContractLike, FamilyLike, ModelTables, model_tables
 from fp4convert.convert.groups import group_input_amax, quantize_members
 from fp4convert.convert.plan import PlannedTensor
 from fp4convert.dialects import Dialect, get_dialect
-from fp4convert.errors import ConversionError, MappingError
+from fp4convert.errors import ConversionError
 from fp4convert.families import megatron_to_hf
-from fp4convert.bridge.tables import ConfigLike, ContractLike, FamilyLike, ModelTables, model_tables
 
 __all__ = ["export_hf", "input_scale_name"]
 
@@ -111,14 +111,22 @@ def export_hf(
         >>> out = dict(export_hf([("decoder.layers.0.mlp.experts.linear_fc1.weight3", fc1)],
         ...                      contract="nvfp4-experts-per-token", config="Qwen3-30B-A3B",
         ...                      ep_rank=1, ep_size=4))
-        >>> sorted(out)  # expert 3 of EP rank 1 (32 experts per rank) is global expert 35
-        ['model.layers.0.mlp.experts.35.gate_proj.weight', 'model.layers.0.mlp.experts.35.gate_proj.weight_scale', 'model.layers.0.mlp.experts.35.gate_proj.weight_scale_2', 'model.layers.0.mlp.experts.35.up_proj.weight', 'model.layers.0.mlp.experts.35.up_proj.weight_scale', 'model.layers.0.mlp.experts.35.up_proj.weight_scale_2']
+        >>> for name in out:  # local expert 3 of EP rank 1 (32 experts per rank) is global expert 35
+        ...     print(name)
+        model.layers.0.mlp.experts.35.gate_proj.weight
+        model.layers.0.mlp.experts.35.gate_proj.weight_scale
+        model.layers.0.mlp.experts.35.gate_proj.weight_scale_2
+        model.layers.0.mlp.experts.35.up_proj.weight
+        model.layers.0.mlp.experts.35.up_proj.weight_scale
+        model.layers.0.mlp.experts.35.up_proj.weight_scale_2
         >>> torch.equal(out["model.layers.0.mlp.experts.35.gate_proj.weight_scale_2"],
         ...             out["model.layers.0.mlp.experts.35.up_proj.weight_scale_2"])
         True
     """
     tables = model_tables(contract, config, family)
-    the_dialect = get_dialect(dialect, per_token_activations=tables.contract.formats.nvfp4.per_token_activations)
+    the_dialect = get_dialect(
+        dialect, per_token_activations=tables.contract.formats.nvfp4.per_token_activations
+    )
     tables.experts_on_rank(ep_rank, ep_size)  # rank/size errors now, not at the first expert
     _check_can_export(tables, the_dialect, include_input_scale, calibration)
     pairs = named_params.items() if isinstance(named_params, Mapping) else named_params
@@ -137,7 +145,9 @@ def _export(
     profile = tables.contract.quantizer
     pending: dict[tuple[str, ...], dict[str, torch.Tensor]] = {}  # group members -> pieces so far
 
-    def emit(members: tuple[str, ...], tensors: Mapping[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    def emit(
+        members: tuple[str, ...], tensors: Mapping[str, torch.Tensor]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         items = [tables.planned(name) for name in members]
         input_amax = group_input_amax(members, calibration)
         out = quantize_members(items, [tensors[name] for name in members], dialect=dialect, profile=profile,
@@ -148,14 +158,7 @@ def _export(
     for megatron_name, tensor in pairs:
         for hf_name, piece in megatron_to_hf({megatron_name: tensor}, tables.family, tables.config,
                                              ep_rank=ep_rank, ep_size=ep_size).items():  # fmt: skip
-            expected = tables.planned(hf_name).info.shape
-            if tuple(piece.shape) != expected:
-                raise MappingError(
-                    f"`{megatron_name}` {tuple(tensor.shape)} gives `{hf_name}` of shape {tuple(piece.shape)}, "
-                    f"but the config says {expected}",
-                    hint="export tensor-parallel-gathered tensors (gather TP shards first)",
-                    tensor=megatron_name,
-                )
+            tables.check_shape(hf_name, tuple(piece.shape), megatron_name, tuple(tensor.shape))
             members = tables.members(hf_name)
             if len(members) == 1:
                 yield from emit(members, {hf_name: piece})

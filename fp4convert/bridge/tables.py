@@ -52,7 +52,9 @@ class Piece:
 
     __slots__ = ("_on_device", "name", "rows", "shape", "source")
 
-    def __init__(self, name: str, source: str, rows: slice | torch.Tensor | None, shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, name: str, source: str, rows: slice | torch.Tensor | None, shape: tuple[int, ...]
+    ) -> None:
         self.name = name
         self.source = source
         self.rows = rows
@@ -151,6 +153,23 @@ class ModelTables:
         members = self.groups.get(group or "")
         return members if members and name in members else (name,)
 
+    def check_shape(
+        self, name: str, shape: tuple[int, ...], source: str, source_shape: tuple[int, ...]
+    ) -> None:
+        """Raise unless HF tensor ``name`` taken from ``source`` has the shape the config gives it.
+
+        Raises:
+            MappingError: the shapes differ (typically a tensor-parallel shard that was not gathered).
+        """
+        expected = self.planned(name).info.shape
+        if tuple(shape) != expected:
+            raise MappingError(
+                f"`{source}` {tuple(source_shape)} gives `{name}` of shape {tuple(shape)}, but the config "
+                f"says {expected}",
+                hint="pass tensor-parallel-gathered tensors of this model (gather TP shards first)",
+                tensor=source,
+            )
+
     def experts_on_rank(self, ep_rank: int, ep_size: int) -> range | None:
         """Global ids of the experts EP rank ``ep_rank`` holds (None for a model without experts).
 
@@ -207,22 +226,19 @@ class ModelTables:
             found = self._pieces[key] = self._probe(megatron_name, shape, ep_rank, ep_size)
         return found
 
-    def _probe(self, megatron_name: str, shape: tuple[int, ...], ep_rank: int, ep_size: int) -> tuple[Piece, ...]:
+    def _probe(
+        self, megatron_name: str, shape: tuple[int, ...], ep_rank: int, ep_size: int
+    ) -> tuple[Piece, ...]:
         rows = shape[0] if shape else 1
         probe = torch.arange(rows, dtype=torch.float64).reshape(rows, 1)
-        out = megatron_to_hf({megatron_name: probe}, self.family, self.config, ep_rank=ep_rank, ep_size=ep_size)
+        out = megatron_to_hf(
+            {megatron_name: probe}, self.family, self.config, ep_rank=ep_rank, ep_size=ep_size
+        )
         pieces = []
         for name, ids in out.items():
             ids = ids.reshape(-1).to(torch.int64)
             piece_shape = (ids.numel(), *shape[1:]) if shape else ()
-            expected = self.planned(name).info.shape
-            if piece_shape != expected:
-                raise MappingError(
-                    f"`{megatron_name}` {shape} gives `{name}` of shape {piece_shape}, but the config says "
-                    f"{expected}",
-                    hint="pass tensor-parallel-gathered tensors of this model (TP shards must be gathered first)",
-                    tensor=megatron_name,
-                )
+            self.check_shape(name, piece_shape, megatron_name, shape)
             pieces.append(Piece(name, megatron_name, _rows_of(ids, rows) if shape else None, piece_shape))
         return tuple(pieces)
 

@@ -51,7 +51,8 @@ def group_input_amax(member_names: Sequence[str], calibration: Mapping[str, floa
         The largest calibrated amax among the members' modules, or None when none is known.
 
     Example:
-        >>> group_input_amax(["m.gate_proj.weight", "m.up_proj.weight"], {"m.gate_proj": 3.0, "m.up_proj": 4.0})
+        >>> names = ["m.gate_proj.weight", "m.up_proj.weight"]
+        >>> group_input_amax(names, {"m.gate_proj": 3.0, "m.up_proj": 4.0})
         4.0
     """
     if calibration is None:
