@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -77,7 +78,15 @@ def quantize_planned(
 
 
 class _Reader:
-    """Reads source tensors (one fd per shard, no mmap), hashing each shard front to back."""
+    """Reads source tensors (one fd per shard, no mmap), hashing each shard front to back.
+
+    A tensor read right after its predecessor in the file extends that file's sha256; any other
+    read order marks the file for a separate hashing pass at the end. Reads are submitted in file
+    order, so the separate pass only happens for siblings that sit far apart. Hashing runs on its
+    own thread (sha256 is the costliest step after quantizing), at most a few tensors behind.
+    """
+
+    _HASH_BACKLOG = 4
 
     def __init__(self, source: SourceCheckpoint) -> None:
         self.source = source
@@ -85,32 +94,39 @@ class _Reader:
         self.hashers: dict[str, Any] = {}
         self.next_offset: dict[str, int] = {}
         self.broken: set[str] = set()  # shards not hashed in one sequential sweep
+        self.lock = threading.Lock()
+        self.hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
+        self.backlog: list[Future[None]] = []
 
     def _file(self, shard: str) -> SafetensorsFile:
-        if shard not in self.files:
-            self.files[shard] = self.source.open(shard)
-            entries = self.source.shards[shard]
-            first = min((e.start for e in entries.values()), default=0)
-            with (self.source.root / shard).open("rb") as f:
-                h = hashlib.sha256(f.read(first))  # length prefix + JSON header
-            self.hashers[shard] = h
-            self.next_offset[shard] = first
-        return self.files[shard]
+        with self.lock:
+            if shard not in self.files:
+                self.files[shard] = self.source.open(shard)
+                entries = self.source.shards[shard]
+                first = min((e.start for e in entries.values()), default=0)
+                with (self.source.root / shard).open("rb") as f:
+                    self.hashers[shard] = hashlib.sha256(f.read(first))  # length prefix + JSON header
+                self.next_offset[shard] = first
+            return self.files[shard]
 
     def read(self, name: str) -> torch.Tensor:
-        return self._file(self.source.tensor_file[name]).read(name)
-
-    def consumed(self, name: str, tensor: torch.Tensor) -> None:
-        """Feed a tensor to its shard's hash if it is the next one in file order."""
         shard = self.source.tensor_file[name]
+        tensor = self._file(shard).read(name)
         entry = self.source.shards[shard][name]
-        if shard in self.broken or entry.start != self.next_offset.get(shard):
-            self.broken.add(shard)
-            return
-        self.hashers[shard].update(tensor.reshape(-1).view(torch.uint8).numpy())
-        self.next_offset[shard] = entry.end
+        with self.lock:  # queue hash updates in file order (the pool runs them in that order)
+            if shard not in self.broken and entry.start == self.next_offset[shard]:
+                data = tensor.reshape(-1).view(torch.uint8).numpy()
+                self.backlog.append(self.hash_pool.submit(self.hashers[shard].update, data))
+                self.next_offset[shard] = entry.end
+            else:
+                self.broken.add(shard)
+            while len(self.backlog) > self._HASH_BACKLOG or (self.backlog and self.backlog[0].done()):
+                self.backlog.pop(0).result()
+        return tensor
 
     def shard_hashes(self) -> dict[str, str]:
+        for pending in self.backlog:
+            pending.result()
         out = {}
         for shard in self.source.shards:
             size = (self.source.root / shard).stat().st_size
@@ -121,6 +137,7 @@ class _Reader:
         return out
 
     def close(self) -> None:
+        self.hash_pool.shutdown(wait=True)
         for f in self.files.values():
             f.close()
 
@@ -128,13 +145,14 @@ class _Reader:
 class _GroupAmax:
     """One outer amax per shared-scale group: the max over its members (read once, kept briefly)."""
 
-    def __init__(self, plan: ConversionPlan, reader: _Reader) -> None:
+    def __init__(self, plan: ConversionPlan, fetch: Callable[[str], torch.Tensor]) -> None:
         self.plan = plan
-        self.reader = reader
+        self.fetch = fetch  # reads a tensor (from the read-ahead when it is there)
         self.values: dict[str, torch.Tensor] = {}
         self.pending: dict[str, torch.Tensor] = {}  # members read early, waiting for their turn
 
     def amax_for(self, item: PlannedTensor, x: torch.Tensor) -> torch.Tensor | None:
+        """The shared amax of ``item``'s group (None: not shared, the quantizer measures it)."""
         group = item.decision.fused_group
         members = self.plan.groups.get(group or "", [])
         if item.decision.format != "nvfp4" or len(members) < 2:
@@ -144,7 +162,7 @@ class _GroupAmax:
             for name in members:
                 t = x if name == item.info.name else self.pending.get(name)
                 if t is None:
-                    t = self.reader.read(name)
+                    t = self.fetch(name)
                     if self.plan.source.tensor_file[name] == item.source_file:
                         self.pending[name] = t  # same shard: it comes up soon, do not read it twice
                 amaxes.append(kernels.row_amax(t.reshape(-1, t.shape[-1])).amax())
@@ -218,46 +236,50 @@ def _write_shard(
     writer = StreamingWriter(tmp, layout, metadata={"format": "pt", "producer": f"fp4convert {__version__}"})
     profile = plan.contract.quantizer
 
-    def write(item: PlannedTensor, x: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> None:
-        reader.consumed(item.info.name, x)  # source hash, in file order
+    def write(item: PlannedTensor, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, _, _ in item.outputs:
             writer.write(name, tensors[name])  # per-tensor sha256 + file write
         hook("tensor", {"name": item.info.name, "bytes": plan.source.entry(item.info.name).nbytes})
 
-    # Three stages overlap: one thread reads the next source tensor, this thread quantizes (the
-    # kernel itself is multi-threaded), one thread hashes and writes. hashlib, file I/O and the
-    # native kernel all release the GIL. At most two writes are in flight, so memory stays bounded.
+    # Three stages overlap: one thread reads (and hashes the source), this thread quantizes (the
+    # kernel itself is multi-threaded), one thread hashes the outputs and writes. hashlib, file I/O
+    # and the native kernel release the GIL. Read-ahead is two tensors and at most two writes are
+    # in flight, so memory stays bounded whatever the shard size.
     with ThreadPoolExecutor(1, thread_name_prefix="fp4convert-read") as read_pool, \
             ThreadPoolExecutor(1, thread_name_prefix="fp4convert-write") as write_pool:  # fmt: skip
+        ahead: dict[str, Future[torch.Tensor]] = {}
 
-        def load(item: PlannedTensor) -> Future[torch.Tensor]:
-            early = amaxes.take(item.info.name)
-            if early is not None:
-                done: Future[torch.Tensor] = Future()
-                done.set_result(early)
-                return done
-            return read_pool.submit(reader.read, item.info.name)
+        def read_ahead(start: int) -> None:
+            for item in items[start : start + 2]:
+                name = item.info.name
+                if name not in ahead and name not in amaxes.pending:
+                    ahead[name] = read_pool.submit(reader.read, name)
 
+        def fetch(name: str) -> torch.Tensor:
+            future = ahead.pop(name, None)
+            return future.result() if future is not None else reader.read(name)
+
+        amaxes.fetch = fetch
         writes: list[Future[None]] = []
-        upcoming = load(items[0]) if items else None
         try:
             for index, item in enumerate(items):
-                assert upcoming is not None
-                x = upcoming.result()
+                read_ahead(index)
+                early = amaxes.take(item.info.name)
+                x = early if early is not None else fetch(item.info.name)
                 amax = amaxes.amax_for(item, x)
-                upcoming = load(items[index + 1]) if index + 1 < len(items) else None
+                read_ahead(index + 1)
                 q = quantize_planned(item, x, profile=profile, amax=amax, device=device)
                 tensors = plan.dialect.encode(item, q, x, _input_amax(item, plan, calibration))
-                writes.append(write_pool.submit(write, item, x, tensors))
+                writes.append(write_pool.submit(write, item, tensors))
                 while len(writes) > 2 or (writes and writes[0].done()):
                     writes.pop(0).result()
             for pending in writes:
                 pending.result()
             writer.close()
         except BaseException:
-            for pending in [upcoming, *writes]:
-                if pending is not None:
-                    pending.cancel()
+            for pending in [*ahead.values(), *writes]:
+                pending.cancel()
+            amaxes.fetch = reader.read
             write_pool.shutdown(wait=True)
             writer.abort()
             raise
@@ -432,7 +454,7 @@ def convert_checkpoint(
     by_file = plan.by_output_file()
     hook("plan", {"files": len(by_file), "tensors": len(plan.items), "bytes": plan.source_bytes})
     reader = _Reader(ckpt)
-    amaxes = _GroupAmax(plan, reader)
+    amaxes = _GroupAmax(plan, reader.read)
     sha: dict[str, str] = {}
     resumed: list[str] = []
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
@@ -88,13 +89,34 @@ def _row_tasks(rows: int, cols: int) -> list[tuple[int, int]]:
     return [(r, min(r + per_task, rows)) for r in range(0, rows, per_task)]
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    """One long-lived pool for row tasks: a conversion makes thousands of kernel calls, and
+    starting threads per call costs more than quantizing a small expert tensor."""
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_SIZE != size:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False)
+            _POOL, _POOL_SIZE = ThreadPoolExecutor(max_workers=size, thread_name_prefix="fp4convert-kernel"), size
+        return _POOL
+
+
 def _run_rows(fn: Any, rows: int, cols: int) -> None:
     tasks = _row_tasks(rows, cols)
     if len(tasks) == 1:
         fn(*tasks[0])
         return
-    with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
-        list(pool.map(lambda t: fn(*t), tasks))
+    # The caller's thread takes the first task itself; the pool runs the rest.
+    pool = _pool(max(1, torch.get_num_threads()))
+    pending = [pool.submit(fn, *t) for t in tasks[1:]]
+    fn(*tasks[0])
+    for future in pending:
+        future.result()
 
 
 def _native_ok(x2d: torch.Tensor) -> bool:
