@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--peer-python", default=None, help="python of a venv with llmcompressor installed")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--only", default=None, help="run only cases whose name contains this text")
     parser.add_argument("--measure-one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure_one:
@@ -162,6 +163,8 @@ def main() -> None:
         script = args.workdir / "peer.py"
         script.write_text(PEER_SCRIPT)
         cases["llm-compressor model_free_ptq NVFP4A16 (peer)"] = [args.peer_python, str(script), str(src), "{out}"]
+    if args.only:
+        cases = {k: v for k, v in cases.items() if args.only in k or "peer" in k}
     print(f"input: {info['tensors']} tensors, {gigabytes:.2f} GB bf16, {SHARDS} shards; "
           f"{os.cpu_count()} CPUs; device {args.device}", flush=True)  # fmt: skip
     results = {}
