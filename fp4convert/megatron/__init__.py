@@ -1,0 +1,39 @@
+"""The Megatron side: live weight export under the contract, and proof that an export followed it.
+
+Modules, one job each:
+
+* :mod:`~fp4convert.megatron.plan`: what an update must contain (decisions, outputs, groups).
+* :mod:`~fp4convert.megatron.encode`: quantize one shared-scale group for a dialect (the
+  converter's arithmetic).
+* :mod:`~fp4convert.megatron.export`: :func:`export_hf`, Megatron parameters -> a dialect's HF
+  tensors, streaming.
+* :mod:`~fp4convert.megatron.import_`: :func:`import_hf`, an HF checkpoint -> Megatron-named BF16
+  safetensors plus the TransformerEngine precision file.
+* :mod:`~fp4convert.megatron.sources`: reading dumps and masters; where the master holds each HF
+  tensor.
+* :mod:`~fp4convert.megatron.validate`: :func:`validate_export`, the batched byte check.
+* :mod:`~fp4convert.megatron.diagnose`: the first differing block and the likely cause.
+* :mod:`~fp4convert.megatron.report`: :class:`ExportReport`.
+"""
+
+from __future__ import annotations
+
+from fp4convert.megatron.export import export_hf
+from fp4convert.megatron.import_ import ImportReport, import_hf
+from fp4convert.megatron.plan import ExportItem, ExportPlan, export_plan
+from fp4convert.megatron.report import ExportReport, Finding
+from fp4convert.megatron.validate import ExportValidator, validate_export, validate_export_files
+
+__all__ = [
+    "ExportItem",
+    "ExportPlan",
+    "ExportReport",
+    "ExportValidator",
+    "Finding",
+    "ImportReport",
+    "export_hf",
+    "export_plan",
+    "import_hf",
+    "validate_export",
+    "validate_export_files",
+]

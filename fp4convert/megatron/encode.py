@@ -1,0 +1,55 @@
+"""Quantize one shared-scale group and encode it for a dialect: the converter's arithmetic, reused.
+
+Every byte a live export sends comes from here, and so does the slow-path reference that
+``validate-export`` diagnoses with. It is a thin layer over
+:func:`fp4convert.convert.groups.quantize_members` (the converter's ``quantize_planned`` and the
+dialect's ``encode``, with the shared amax computed as the converter computes it), adding what a
+live update needs: only the outputs the update carries, and the faulty variants diagnosis replays
+(another arithmetic profile, members quantized separately).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from fp4convert.convert.groups import group_input_amax, quantize_members
+from fp4convert.megatron.plan import ExportItem, ExportPlan
+
+__all__ = ["encode_group"]
+
+
+def encode_group(
+    plan: ExportPlan,
+    items: Sequence[ExportItem],
+    tensors: Sequence[torch.Tensor],
+    *,
+    profile: str | None = None,
+    shared: bool = True,
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors a live update sends for one group (or one lone tensor), in layout order.
+
+    Args:
+        plan: the export plan (contract, dialect, which outputs are sent).
+        items: the group's members (one item for a tensor that shares no scale).
+        tensors: their BF16 values, HF layout, on the device to quantize on.
+        profile: arithmetic profile; default the contract's. Other values exist for diagnosis.
+        shared: quantize members with the group's shared amax (the contract); False quantizes each
+            with its own amax, as a faulty exporter would (for diagnosis).
+
+    Yields:
+        ``(HF output name, tensor)``; high-precision members are passed through unchanged.
+    """
+    the_profile = profile or plan.profile
+    input_amax = group_input_amax([item.info.name for item in items], plan.calibration)
+    kwargs = {"dialect": plan.dialect, "profile": the_profile, "input_amax": input_amax}
+    if shared:
+        encoded = quantize_members(items, tensors, **kwargs)  # type: ignore[arg-type]
+    else:
+        encoded = {}
+        for item, x in zip(items, tensors):
+            encoded.update(quantize_members([item], [x], **kwargs))  # type: ignore[arg-type]
+    for item in items:
+        for name, _, _ in item.outputs:
+            yield name, encoded[name]

@@ -1,0 +1,268 @@
+"""``to-megatron``: an HF checkpoint -> Megatron-Core-named BF16 safetensors, plus the contract's
+TransformerEngine precision file.
+
+The learner side of a run starts here: the same BF16 weights the converter quantizes for the
+sampler, named and laid out as Megatron-Core holds them (QKV interleaved per query group, gate/up
+concatenated into ``linear_fc1``, TEGroupedMLP or SequentialMLP experts), and the files that make
+TransformerEngine quantize them as the contract says (``te-precision.yaml`` for
+``--te-precision-config-file``, ``megatron-args.txt`` with the layer counts TE matchers cannot
+carry). Reading ``fp4convert.families.megatron_to_hf`` over the output gives the HF tensors back
+byte for byte.
+
+Streaming with bounded memory: one Megatron tensor's HF pieces are read, fused and written before
+the next. Written like the converter: into ``DST.partial/``, shard headers first, renamed to
+``DST`` only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4convert import __version__
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
+from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
+from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.contract.emit import emit
+from fp4convert.convert.execute import _publish
+from fp4convert.convert.manifest import file_sha256, write_json_atomic
+from fp4convert.errors import ConversionError
+from fp4convert.families import ExpertLayout, hf_to_megatron, inventory_from_checkpoint
+from fp4convert.inventory import ModelInventory, TensorInfo
+
+__all__ = ["MANIFEST_NAME", "PRECISION_FILES", "ImportReport", "import_hf"]
+
+#: the manifest ``to-megatron`` writes next to the tensors
+MANIFEST_NAME = "megatron.json"
+#: emit target -> file name, written when a contract is given
+PRECISION_FILES = {"te-yaml": "te-precision.yaml", "megatron-args": "megatron-args.txt"}
+
+#: progress callback: (event, payload); events "plan", "tensor", "done"
+ProgressHook = Callable[[str, Mapping[str, Any]], None]
+
+
+@dataclass
+class ImportReport:
+    """What ``import_hf`` wrote."""
+
+    destination: str
+    family: str
+    expert_layout: str
+    source_tensors: int
+    tensors: int
+    bytes: int
+    seconds: float
+    files: list[str] = field(default_factory=list)
+    contract: str | None = None
+    precision_files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _is_shared_copy(info: TensorInfo) -> bool:
+    # An MTP-layer HF tensor held by a Megatron tensor outside the MTP block is a copy of the
+    # embedding / output layer Megatron shares with the MTP layers: it adds no Megatron tensor
+    # (hf_to_megatron checks it equals the original byte for byte and drops it).
+    return info.is_mtp and info.megatron_name is not None and not info.megatron_name.startswith("mtp.")
+
+
+@dataclass
+class _Target:
+    """One Megatron tensor: the HF tensors it is made of, and where it is written."""
+
+    members: list[TensorInfo]
+    file: str = ""
+    name: str = ""
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+
+
+def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: ExpertLayout) -> list[_Target]:
+    """Megatron tensors in source-file order, each with its name, dtype and shape from a meta dry run."""
+    groups: dict[str, _Target] = {}
+    for info in inventory:
+        groups.setdefault(info.megatron_name or info.name, _Target([])).members.append(info)
+    order = {name: n for n, name in enumerate(source.shards)}
+
+    def position(target: _Target) -> tuple[int, int]:
+        first = target.members[0].name
+        return order[source.tensor_file[first]], source.entry(first).start
+
+    targets = sorted(groups.values(), key=position)
+    for target in targets:
+        meta = {
+            i.name: torch.empty(i.shape, dtype=getattr(torch, i.dtype), device="meta")
+            for i in target.members
+            if not _is_shared_copy(i)
+        }
+        [(name, tensor)] = hf_to_megatron(
+            meta, inventory.family, inventory.config, expert_layout=layout
+        ).items()
+        target.name, target.dtype, target.shape = name, dtype_name(tensor.dtype), tuple(tensor.shape)
+        target.file = source.tensor_file[target.members[0].name]
+    files = [f for f in source.shards if any(t.file == f for t in targets)]
+    names = {f: "model.safetensors" if len(files) == 1 else f"model-{n + 1:05d}-of-{len(files):05d}.safetensors"
+             for n, f in enumerate(files)}  # fmt: skip
+    for target in targets:
+        target.file = names[target.file]
+    return targets
+
+
+def _staging(source: Path, destination: Path, overwrite: bool) -> Path:
+    """``DST.partial/``, empty; refuses a destination that overlaps the source or exists."""
+    src, dst = source.resolve(), destination.resolve()
+    if dst == src or src in dst.parents or dst in src.parents:
+        raise ConversionError(f"destination {destination} overlaps the source {source}",
+                              hint="write the Megatron checkpoint to a separate folder")  # fmt: skip
+    staging = destination.with_name(destination.name + ".partial")
+    for path in (destination, staging):
+        if path.exists() and not overwrite:
+            raise ConversionError(
+                f"{path} already exists", hint="pass --overwrite to replace it", file=str(path)
+            )
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _precision_files(contract: Contract, inventory: ModelInventory) -> tuple[dict[str, str], list[str]]:
+    texts: dict[str, str] = {}
+    notes: list[str] = []
+    for target, file_name in PRECISION_FILES.items():
+        emitted = emit(
+            contract, target, num_layers=inventory.num_layers, num_mtp_layers=inventory.num_mtp_layers
+        )  # type: ignore[arg-type]
+        texts[file_name] = emitted.text
+        notes += [f"{file_name}: {note}" for note in emitted.notes]
+    return texts, notes
+
+
+def _write_shard(path: Path, targets: list[_Target], source: SourceCheckpoint, inventory: ModelInventory,
+                 layout: ExpertLayout, files: dict[str, SafetensorsFile], hook: ProgressHook) -> dict[str, str]:  # fmt: skip
+    tmp = path.with_name(path.name + ".tmp")
+    writer = StreamingWriter(tmp, [(t.name, t.dtype, t.shape) for t in targets],
+                             metadata={"format": "pt", "producer": f"fp4convert {__version__}"})  # fmt: skip
+    try:
+        for target in targets:
+            pieces = {}
+            for info in target.members:
+                shard = source.tensor_file[info.name]
+                if shard not in files:
+                    files[shard] = source.open(shard)
+                pieces[info.name] = files[shard].read(info.name)
+            out = hf_to_megatron(pieces, inventory.family, inventory.config, expert_layout=layout)
+            writer.write(target.name, out[target.name])
+            hook(
+                "tensor",
+                {"name": target.name, "bytes": sum(t.numel() * t.element_size() for t in pieces.values())},
+            )
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    os.replace(tmp, path)
+    return writer.sha256
+
+
+def import_hf(
+    source: str | Path,
+    destination: str | Path,
+    *,
+    contract: Contract | str | Path | None = None,
+    expert_layout: ExpertLayout | str = ExpertLayout.GROUPED,
+    overwrite: bool = False,
+    revision: str | None = None,
+    progress: ProgressHook | None = None,
+) -> ImportReport:
+    """Write an HF checkpoint's BF16 weights under Megatron-Core names, with the contract's TE files.
+
+    Args:
+        source: an HF checkpoint folder, or a Hub repo id (safetensors only).
+        destination: the output folder; refused if it exists unless ``overwrite``.
+        contract: a contract (object, file or shipped name); when given, ``te-precision.yaml`` and
+            ``megatron-args.txt`` are written from it (``fp4convert.contract.emit``).
+        expert_layout: ``grouped`` (TEGroupedMLP ``linear_fc1.weight{e}``) or ``sequential``
+            (SequentialMLP ``local_experts.{e}.linear_fc1.weight``).
+        overwrite: replace an existing destination.
+        revision: Hub revision of ``source``.
+        progress: called with progress events.
+
+    Returns:
+        An :class:`ImportReport`.
+
+    Raises:
+        MappingError: a source tensor is not part of the model's family, or an MTP copy differs
+            from the tensor Megatron shares.
+        ContractError: the contract cannot be written as a TE precision file.
+        ConversionError: the destination is unusable.
+        CheckpointError: unreadable source files.
+
+    Example:
+        >>> import_hf("Qwen3-30B-A3B", "qwen3-megatron", contract="nvfp4-experts-per-token")  # doctest: +SKIP
+    """
+    from fp4convert.hub import resolve_source
+
+    started = time.perf_counter()
+    hook: ProgressHook = progress or (lambda event, payload: None)
+    layout = ExpertLayout(expert_layout)
+    source_path = resolve_source(source, revision=revision)
+    ckpt = open_checkpoint(source_path)
+    inventory = inventory_from_checkpoint(source_path)
+    the_contract = (
+        None if contract is None else contract if isinstance(contract, Contract) else load_contract(contract)
+    )
+    texts, notes = _precision_files(the_contract, inventory) if the_contract is not None else ({}, [])
+    targets = _targets(inventory, ckpt, layout)  # everything is decided before a byte is written
+    staging = _staging(source_path, Path(destination), overwrite)
+    hook("plan", {"tensors": len(targets), "bytes": sum(ckpt.entry(i.name).nbytes for i in inventory)})
+    by_file: dict[str, list[_Target]] = {}
+    for target in targets:
+        by_file.setdefault(target.file, []).append(target)
+    sha: dict[str, str] = {}
+    files: dict[str, SafetensorsFile] = {}
+    try:
+        for file_name, group in by_file.items():
+            sha.update(_write_shard(staging / file_name, group, ckpt, inventory, layout, files, hook))
+    finally:
+        for handle in files.values():
+            handle.close()
+    total = sum((staging / f).stat().st_size for f in by_file)
+    if len(by_file) > 1:
+        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total},
+                                                 "weight_map": {t.name: t.file for t in targets}})  # fmt: skip
+    shutil.copy2(ckpt.root / "config.json", staging / "config.json")
+    for name in ckpt.other_files:
+        shutil.copy2(ckpt.root / name, staging / name)
+    for name, text in texts.items():
+        (staging / name).write_text(text)
+    write_json_atomic(staging / MANIFEST_NAME, {
+        "producer": {"name": "fp4convert", "version": __version__},
+        "family": inventory.family,
+        "expert_layout": layout.value,
+        "source": {"location": str(source), "revision": revision, "config_sha256": file_sha256(ckpt.root / "config.json")},
+        "contract": None if the_contract is None else {"name": the_contract.name, "sha256": contract_hash(the_contract)},
+        "precision_files": sorted(texts),
+        "tensors": {t.name: {"file": t.file, "dtype": t.dtype, "shape": list(t.shape), "sha256": sha[t.name],
+                             "hf": [i.name for i in t.members]} for t in targets},
+    })  # fmt: skip
+    _publish(staging, Path(destination))
+    hook("done", {})
+    return ImportReport(
+        destination=str(destination),
+        family=inventory.family,
+        expert_layout=layout.value,
+        source_tensors=len(inventory),
+        tensors=len(targets),
+        bytes=total,
+        seconds=time.perf_counter() - started,
+        files=sorted(by_file),
+        contract=None if the_contract is None else the_contract.name,
+        precision_files=sorted(texts),
+        notes=notes,
+    )
