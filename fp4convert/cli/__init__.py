@@ -29,6 +29,8 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("explain", "explain"),
     ("diff", "diff"),
     ("plan", "plan"),
+    ("to_megatron", "to_megatron"),
+    ("validate_export", "validate_export"),
 )
 
 
