@@ -14,10 +14,13 @@ _EXPORTS: dict[str, str] = {
     "MXFP8Tensor": "fp4convert.formats",
     "NVFP4Tensor": "fp4convert.formats",
     "dequantize": "fp4convert.formats",
+    "export_hf": "fp4convert.megatron",
     "from_layout": "fp4convert.formats",
+    "import_hf": "fp4convert.megatron",
     "quantize_mxfp8": "fp4convert.formats",
     "quantize_nvfp4": "fp4convert.formats",
     "to_layout": "fp4convert.formats",
+    "validate_export": "fp4convert.megatron",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -33,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
         quantize_nvfp4,
         to_layout,
     )
+    from fp4convert.megatron import export_hf, import_hf, validate_export
 
 
 def __getattr__(name: str) -> Any:
