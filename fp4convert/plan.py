@@ -32,10 +32,24 @@ from fp4convert.contract.footprint import storage_bytes
 from fp4convert.errors import MappingError
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
 
-__all__ = ["Plan", "PlanRow", "PlannedTensor", "Totals", "build_plan", "source_bytes"]
+__all__ = ["Plan", "PlanRow", "PlannedTensor", "Totals", "build_plan", "human_bytes", "source_bytes"]
 
 #: Roles whose parameters make up a model's "experts" (routed + shared), as published figures count them.
 EXPERT_ROLES = (Role.ROUTED_EXPERT, Role.SHARED_EXPERT)
+_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def human_bytes(count: int) -> str:
+    """``2046820352`` -> ``1.906 GiB``.
+
+    Example:
+        >>> human_bytes(2046820352), human_bytes(512)
+        ('1.906 GiB', '512 B')
+    """
+    for size, unit in _UNITS:
+        if count >= size:
+            return f"{count / size:.3f} {unit}"
+    return f"{count} B"
 
 
 def source_bytes(tensor: TensorInfo) -> int:

@@ -29,6 +29,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("explain", "explain"),
     ("diff", "diff"),
     ("plan", "plan"),
+    ("publish", "publish"),
     ("to_megatron", "to_megatron"),
     ("validate_export", "validate_export"),
 )

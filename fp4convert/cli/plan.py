@@ -13,20 +13,11 @@ from rich.table import Table
 from fp4convert.cli.contract import CONTRACT_FILE, JSON_OPTION, describe_model, model_option
 from fp4convert.contract import load_contract
 from fp4convert.contract.model_source import load_model_inventory
-from fp4convert.plan import Plan, Totals, build_plan
+from fp4convert.plan import Plan, Totals, build_plan, human_bytes
 
 __all__ = ["plan", "render"]
 
 _PIPE_WIDTH = 180
-_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
-
-
-def human_bytes(count: int) -> str:
-    """``2046820352`` -> ``1.906 GiB``."""
-    for size, unit in _UNITS:
-        if count >= size:
-            return f"{count / size:.3f} {unit}"
-    return f"{count} B"
 
 
 def _layer_name(layer: int | None, plan: Plan) -> str:
@@ -81,6 +72,11 @@ def render(plan: Plan, console: Console, *, model: str, tensors: bool) -> None:
 @click.command()
 @click.argument("contract", type=CONTRACT_FILE)
 @model_option(required=True)
+@click.option(
+    "--revision",
+    default=None,
+    help="Hub revision when --model is a repo id (only its config.json is fetched).",
+)
 @click.option("--summary", is_flag=True, help="Totals only: no per-tensor rows (also in --json).")
 @click.option(
     "--plot",
@@ -91,14 +87,18 @@ def render(plan: Plan, console: Console, *, model: str, tensors: bool) -> None:
     help="Also draw the layer x role grid coloured by format, with bytes per layer (needs matplotlib).",
 )
 @JSON_OPTION
-def plan(contract: Path, model: str, summary: bool, plot_path: Path | None, as_json: bool) -> None:
+def plan(
+    contract: Path, model: str, revision: str | None, summary: bool, plot_path: Path | None, as_json: bool
+) -> None:
     """Show what CONTRACT does to every tensor of a model: the resolved format, the rule that decided
     it, and the bytes before and after conversion, with totals per role, rule, format and layer.
 
     Routed experts are folded into one row per layer and projection in the text output; --json
-    lists every tensor.
+    lists every tensor. --model may also be a Hub repo id: its config.json alone is downloaded.
     """
-    inventory = load_model_inventory(model)
+    from fp4convert.hub import resolve_model_config
+
+    inventory = load_model_inventory(resolve_model_config(model, revision=revision))
     result = build_plan(load_contract(contract), inventory)
     if plot_path is not None:
         from fp4convert.plan_plot import plot_plan
