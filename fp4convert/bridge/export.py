@@ -26,7 +26,7 @@ from fp4convert.dialects import Dialect, get_dialect
 from fp4convert.errors import ConversionError
 from fp4convert.families import megatron_to_hf
 
-__all__ = ["export_hf", "input_scale_name"]
+__all__ = ["check_can_export", "export_hf", "input_scale_name"]
 
 
 def input_scale_name(item: PlannedTensor, dialect: Dialect) -> str | None:
@@ -37,8 +37,15 @@ def input_scale_name(item: PlannedTensor, dialect: Dialect) -> str | None:
     return None if suffix is None else f"{item.module}.{suffix}"
 
 
-def _check_can_export(tables: ModelTables, dialect: Dialect, include_input_scale: bool,
-                      calibration: Mapping[str, float] | None) -> None:  # fmt: skip
+def check_can_export(
+    tables: ModelTables, dialect: Dialect, include_input_scale: bool, calibration: Mapping[str, float] | None
+) -> None:
+    """Raise before any tensor is touched when ``dialect`` cannot carry what the contract decides.
+
+    Raises:
+        ConversionError: every problem at once (a format the dialect cannot store, a per-row outer
+            scale, activation scales asked for without calibration on a calibrated contract).
+    """
     items = [tables.planned(name) for name in tables.infos]
     problems = dialect.refusals(tables.contract, items)
     nvfp4 = tables.contract.formats.nvfp4
@@ -128,7 +135,7 @@ def export_hf(
         dialect, per_token_activations=tables.contract.formats.nvfp4.per_token_activations
     )
     tables.experts_on_rank(ep_rank, ep_size)  # rank/size errors now, not at the first expert
-    _check_can_export(tables, the_dialect, include_input_scale, calibration)
+    check_can_export(tables, the_dialect, include_input_scale, calibration)
     pairs = named_params.items() if isinstance(named_params, Mapping) else named_params
     return _export(pairs, tables, the_dialect, ep_rank, ep_size, include_input_scale, calibration)
 
@@ -150,14 +157,20 @@ def _export(
     ) -> Iterator[tuple[str, torch.Tensor]]:
         items = [tables.planned(name) for name in members]
         input_amax = group_input_amax(members, calibration)
-        out = quantize_members(items, [tensors[name] for name in members], dialect=dialect, profile=profile,
-                               input_amax=input_amax)  # fmt: skip
+        out = quantize_members(
+            items,
+            [tensors[name] for name in members],
+            dialect=dialect,
+            profile=profile,
+            input_amax=input_amax,
+        )
         dropped = set() if include_input_scale else {input_scale_name(item, dialect) for item in items}
         yield from ((name, tensor) for name, tensor in out.items() if name not in dropped)
 
     for megatron_name, tensor in pairs:
-        for hf_name, piece in megatron_to_hf({megatron_name: tensor}, tables.family, tables.config,
-                                             ep_rank=ep_rank, ep_size=ep_size).items():  # fmt: skip
+        for hf_name, piece in megatron_to_hf(
+            {megatron_name: tensor}, tables.family, tables.config, ep_rank=ep_rank, ep_size=ep_size
+        ).items():
             tables.check_shape(hf_name, tuple(piece.shape), megatron_name, tuple(tensor.shape))
             members = tables.members(hf_name)
             if len(members) == 1:

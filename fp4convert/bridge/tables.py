@@ -208,8 +208,9 @@ class ModelTables:
             )
         return "hf" if hf else "megatron"
 
-    def pieces(self, megatron_name: str, shape: tuple[int, ...], *, ep_rank: int = 0,
-               ep_size: int = 1) -> tuple[Piece, ...]:  # fmt: skip
+    def pieces(
+        self, megatron_name: str, shape: tuple[int, ...], *, ep_rank: int = 0, ep_size: int = 1
+    ) -> tuple[Piece, ...]:
         """The HF tensors a Megatron tensor of ``shape`` holds, with their rows (cached).
 
         The rows come from the family's own transforms applied to a column of row ids, so they
