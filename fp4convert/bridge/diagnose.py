@@ -251,7 +251,7 @@ class Diagnoser:
         for peer in self._peers(owner, expected_only=True):
             if self._matches(peer, exported):
                 self._ep_matches[peer] = owner
-                return self._ep_message(owner, peer)
+                return self._ep_message(owner, peer, expected=False)
         return None
 
     def annotate_missing(self, results: list[TensorResult]) -> None:
@@ -263,12 +263,8 @@ class Diagnoser:
             findings = results[index].findings
             for n, finding in enumerate(findings):
                 if finding.check == "missing":
-                    findings[n] = Finding(
-                        "missing",
-                        finding.detail,
-                        f"its bytes were exported as `{owner}`: "
-                        + self._ep_message(owner, src.name).split(": ", 1)[1],
-                    )
+                    cause = f"its bytes were exported as `{owner}`: EP offset missing? ({self._ep_where()})"
+                    findings[n] = Finding("missing", finding.detail, cause)
 
     # -- differing bytes -------------------------------------------------------------------------------
 
@@ -490,18 +486,20 @@ class Diagnoser:
             peers.append(peer)
         return peers
 
-    def _ep_message(self, exported_as: str, peer: str) -> str:
-        got = self.tables.infos[exported_as].expert
-        real = self.tables.infos[peer].expert
+    def _ep_where(self) -> str:
         experts = self.tables.experts_on_rank(self.ep_rank, self.ep_size)
         if self.ep_size > 1 and experts is not None:
-            where = (
+            return (
                 f"EP rank {self.ep_rank} of {self.ep_size} holds experts {experts.start}-{experts.stop - 1}; "
                 f"global id = local id + {self.ep_rank} x {len(experts)}"
             )
-        else:
-            where = "global id = local id + ep_rank x experts per rank"
-        return f"bytes match expert {real} of the master, expected expert {got}: EP offset missing? ({where})"
+        return "global id = local id + ep_rank x experts per rank"
+
+    def _ep_message(self, exported_as: str, peer: str, *, expected: bool = True) -> str:
+        got = self.tables.infos[exported_as].expert
+        real = self.tables.infos[peer].expert
+        named = f"expected expert {got}" if expected else f"exported as expert {got}"
+        return f"bytes match expert {real} of the master, {named}: EP offset missing? ({self._ep_where()})"
 
     # -- describing a difference -----------------------------------------------------------------------
 
