@@ -41,8 +41,9 @@ def megatron_state(hf_state, config) -> Callable[..., dict[str, torch.Tensor]]:
 
     def get(key: str, *, ep_rank: int = 0, ep_size: int = 1, layout: str = "grouped") -> dict[str, torch.Tensor]:
         family = "qwen3_moe" if key.startswith("qwen3_moe") else key.split("_no_")[0]
-        return hf_to_megatron(hf_state(key), family, config(key), expert_layout=layout, ep_rank=ep_rank,
-                              ep_size=ep_size)  # fmt: skip
+        return hf_to_megatron(
+            hf_state(key), family, config(key), expert_layout=layout, ep_rank=ep_rank, ep_size=ep_size
+        )
 
     return get
 

@@ -76,8 +76,11 @@ def test_mla_q_a_and_kv_a_share_a_scale_across_two_megatron_tensors(megatron_sta
     kwargs = {"contract": NVFP4_ALL, "config": config("deepseek_v3")}
     q_down = "decoder.layers.0.self_attention.linear_q_down_proj.weight"
     kv_down = "decoder.layers.0.self_attention.linear_kv_down_proj.weight"
-    with pytest.raises(ConversionError, match=r"^1 shared-scale groups are incomplete; e\.g\. "
-                                              r"`model\.layers\.0\.self_attn\.kv_a_proj_with_mqa\.weight`"):  # fmt: skip
+    with pytest.raises(
+        ConversionError,
+        match=r"^1 shared-scale groups are incomplete; e\.g\. "
+        r"`model\.layers\.0\.self_attn\.kv_a_proj_with_mqa\.weight`",
+    ):
         list(export_hf({q_down: state[q_down]}, **kwargs))
     out = dict(export_hf({q_down: state[q_down], kv_down: state[kv_down]}, **kwargs))
     q_a, kv_a = (out[f"model.layers.0.self_attn.{m}.weight_scale_2"] for m in ("q_a_proj", "kv_a_proj_with_mqa"))
@@ -87,8 +90,11 @@ def test_mla_q_a_and_kv_a_share_a_scale_across_two_megatron_tensors(megatron_sta
 
 
 def test_a_dialect_that_cannot_carry_the_contract_is_refused_before_any_tensor(config):
-    with pytest.raises(ConversionError, match=r"^export refused \(1 problems\):\n  - dialect 'sglang-mxfp8' cannot "
-                                              r"store nvfp4 tensors"):  # fmt: skip
+    with pytest.raises(
+        ConversionError,
+        match=r"^export refused \(1 problems\):\n  - dialect 'sglang-mxfp8' cannot "
+        r"store nvfp4 tensors",
+    ):
         export_hf(iter(()), contract=NVFP4_EXPERTS, config=config("qwen3_moe"), dialect="sglang-mxfp8")
 
 
