@@ -125,7 +125,7 @@ def gate_up_mismatches(directory: Path, global_key: str) -> tuple[int, int]:
     scales: dict[str, float] = {}
     for path in directory.glob("*.safetensors"):
         with safe_open(str(path), "pt") as f:
-            for name in f.keys():  # noqa: SIM118
+            for name in f.keys():
                 if name.endswith(f".{global_key}") and ".experts." in name:
                     scales[name] = f.get_tensor(name).item()
     pairs = [(n, n.replace("gate_proj", "up_proj")) for n in scales if ".gate_proj." in n]
@@ -150,23 +150,66 @@ def main() -> None:
     (args.workdir / "all-linear.yaml").write_text(ALL_LINEAR)
     exe = [sys.executable, "-m", "fp4convert.cli"]
     cases = {
-        "fp4convert nvfp4 experts-only (modelopt)": [*exe, "convert", str(src), "{out}", "--contract",
-            str(ROOT / "contracts/nvfp4-experts-per-token.yaml"), "--dialect", "modelopt", "--device", args.device],
-        "fp4convert nvfp4 all decoder linears (compressed-tensors)": [*exe, "convert", str(src), "{out}",
-            "--contract", str(args.workdir / "all-linear.yaml"), "--dialect", "compressed-tensors", "--device", args.device],
-        "fp4convert mxfp8 whole model (sglang-mxfp8)": [*exe, "convert", str(src), "{out}", "--contract",
-            str(ROOT / "contracts/mxfp8-end-to-end.yaml"), "--dialect", "sglang-mxfp8", "--device", args.device],
-        "fp4convert nvfp4 experts-only, 500MB shards": [*exe, "convert", str(src), "{out}", "--contract",
-            str(ROOT / "contracts/nvfp4-experts-per-token.yaml"), "--max-shard-size", "500MB", "--device", args.device],
-    }  # fmt: skip
+        "fp4convert nvfp4 experts-only (modelopt)": [
+            *exe,
+            "convert",
+            str(src),
+            "{out}",
+            "--contract",
+            str(ROOT / "contracts/nvfp4-experts-per-token.yaml"),
+            "--dialect",
+            "modelopt",
+            "--device",
+            args.device,
+        ],
+        "fp4convert nvfp4 all decoder linears (compressed-tensors)": [
+            *exe,
+            "convert",
+            str(src),
+            "{out}",
+            "--contract",
+            str(args.workdir / "all-linear.yaml"),
+            "--dialect",
+            "compressed-tensors",
+            "--device",
+            args.device,
+        ],
+        "fp4convert mxfp8 whole model (sglang-mxfp8)": [
+            *exe,
+            "convert",
+            str(src),
+            "{out}",
+            "--contract",
+            str(ROOT / "contracts/mxfp8-end-to-end.yaml"),
+            "--dialect",
+            "sglang-mxfp8",
+            "--device",
+            args.device,
+        ],
+        "fp4convert nvfp4 experts-only, 500MB shards": [
+            *exe,
+            "convert",
+            str(src),
+            "{out}",
+            "--contract",
+            str(ROOT / "contracts/nvfp4-experts-per-token.yaml"),
+            "--max-shard-size",
+            "500MB",
+            "--device",
+            args.device,
+        ],
+    }
     if args.peer_python and not args.skip_peer:
         script = args.workdir / "peer.py"
         script.write_text(PEER_SCRIPT)
         cases["llm-compressor model_free_ptq NVFP4A16 (peer)"] = [args.peer_python, str(script), str(src), "{out}"]
     if args.only:
         cases = {k: v for k, v in cases.items() if args.only in k or "peer" in k}
-    print(f"input: {info['tensors']} tensors, {gigabytes:.2f} GB bf16, {SHARDS} shards; "
-          f"{os.cpu_count()} CPUs; device {args.device}", flush=True)  # fmt: skip
+    print(
+        f"input: {info['tensors']} tensors, {gigabytes:.2f} GB bf16, {SHARDS} shards; "
+        f"{os.cpu_count()} CPUs; device {args.device}",
+        flush=True,
+    )
     results = {}
     for name, command in cases.items():
         out = args.workdir / ("out-" + "".join(c if c.isalnum() else "-" for c in name))
@@ -179,8 +222,10 @@ def main() -> None:
     print(f"\n{'case':58} {'wall s':>8} {'user s':>8} {'GB/s':>7} {'peak RSS GB':>12} {'vs peer':>8}")
     for name, r in results.items():
         speedup = f"{peer['wall_s'] / r['wall_s']:.1f}x" if peer else "-"
-        print(f"{name:58} {r['wall_s']:8.1f} {r['user_s']:8.1f} {gigabytes / r['wall_s']:7.3f} "
-              f"{r['peak_rss_gb']:12.2f} {speedup:>8}")  # fmt: skip
+        print(
+            f"{name:58} {r['wall_s']:8.1f} {r['user_s']:8.1f} {gigabytes / r['wall_s']:7.3f} "
+            f"{r['peak_rss_gb']:12.2f} {speedup:>8}"
+        )
     ours = Path(results["fp4convert nvfp4 experts-only (modelopt)"]["out"])
     bad, pairs = gate_up_mismatches(ours, "weight_scale_2")
     print(f"\ngate/up pairs with different global scales: fp4convert {bad}/{pairs}", end="")

@@ -80,8 +80,16 @@ def run(device: str, repeat: int) -> list[dict[str, object]]:
             torch.cuda.reset_peak_memory_stats()
         seconds = _time(fn, device, 1 if (slow and device == "cpu") else repeat)
         peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else _peak_rss_mb()
-        rows.append({"device": device, "format": fmt, "impl": impl, "seconds": seconds,
-                     "gb_per_s": gigabytes / seconds, "peak_mb": peak})  # fmt: skip
+        rows.append(
+            {
+                "device": device,
+                "format": fmt,
+                "impl": impl,
+                "seconds": seconds,
+                "gb_per_s": gigabytes / seconds,
+                "peak_mb": peak,
+            }
+        )
     for fmt in ("nvfp4", "mxfp8"):
         ours = next(r for r in rows if r["format"] == fmt and r["impl"] == "fp4convert")
         for r in rows:
@@ -102,11 +110,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"input: {SHAPE[0]}x{SHAPE[1]} bf16 ({SHAPE[0] * SHAPE[1] * 2 / 1e9:.3f} GB), torch threads {torch.get_num_threads()}")
+    gigabytes = SHAPE[0] * SHAPE[1] * 2 / 1e9
+    print(f"input: {SHAPE[0]}x{SHAPE[1]} bf16 ({gigabytes:.3f} GB), torch threads {torch.get_num_threads()}")
     print(f"{'device':6} {'format':6} {'implementation':42} {'GB/s':>9} {'ms':>9} {'peak MB':>9} {'fp4convert x':>12}")
     for r in rows:
-        print(f"{r['device']:6} {r['format']:6} {r['impl']:42} {r['gb_per_s']:9.3f} {r['seconds'] * 1e3:9.1f} "
-              f"{r['peak_mb']:9.0f} {r['speedup_of_fp4convert']:12.1f}")  # fmt: skip
+        print(
+            f"{r['device']:6} {r['format']:6} {r['impl']:42} {r['gb_per_s']:9.3f} {r['seconds'] * 1e3:9.1f} "
+            f"{r['peak_mb']:9.0f} {r['speedup_of_fp4convert']:12.1f}"
+        )
     print("peak MB: CUDA max allocated per case; CPU peak RSS of the process so far (cumulative)")
 
 

@@ -23,7 +23,20 @@ _EXPORTS: dict[str, str] = {
     "validate_export": "fp4convert.megatron",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+__all__ = [  # the public API; tests/test_public_api.py keeps it equal to _EXPORTS
+    "Fp4ConvertError",
+    "MXFP8Tensor",
+    "NVFP4Tensor",
+    "__version__",
+    "dequantize",
+    "export_hf",
+    "from_layout",
+    "import_hf",
+    "quantize_mxfp8",
+    "quantize_nvfp4",
+    "to_layout",
+    "validate_export",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from fp4convert.errors import Fp4ConvertError

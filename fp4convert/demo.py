@@ -48,7 +48,9 @@ def build_demo_checkpoint(directory: Path, *, shards: int = 2, seed: int = 0) ->
         name = f"model-{n + 1:05d}-of-{shards:05d}.safetensors"
         writer = StreamingWriter(directory / name, [(t.name, "BF16", t.shape) for t in part], {"format": "pt"})
         for t in part:
-            weights = torch.ones(t.shape) if t.role.value == "norm" else torch.randn(t.shape, generator=generator) * 0.02
+            weights = (
+                torch.ones(t.shape) if t.role.value == "norm" else torch.randn(t.shape, generator=generator) * 0.02
+            )
             writer.write(t.name, weights.to(torch.bfloat16))
             weight_map[t.name] = name
         writer.close()

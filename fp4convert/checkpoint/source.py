@@ -69,8 +69,11 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
     if not shard_names:
         pickles = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
         hint = "fp4convert never unpickles; convert the weights to safetensors first" if pickles else None
-        raise CheckpointError(f"{root} has no *.safetensors weights" + (f" (only {pickles[0]})" if pickles else ""),
-                              hint=hint or "download the safetensors files", file=str(root))  # fmt: skip
+        raise CheckpointError(
+            f"{root} has no *.safetensors weights" + (f" (only {pickles[0]})" if pickles else ""),
+            hint=hint or "download the safetensors files",
+            file=str(root),
+        )
     index_path = root / INDEX_NAME
     if index_path.is_file():
         weight_map = _read_json(index_path).get("weight_map")
@@ -81,19 +84,26 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
     tensor_file: dict[str, str] = {}
     for name in shard_names:
         if not (root / name).is_file():
-            raise CheckpointError(f"{INDEX_NAME} names {name}, which is missing from {root}",
-                                  hint="re-download the checkpoint", file=name)  # fmt: skip
+            raise CheckpointError(
+                f"{INDEX_NAME} names {name}, which is missing from {root}",
+                hint="re-download the checkpoint",
+                file=name,
+            )
         entries, _ = read_header(root / name)
         shards[name] = entries
         for tensor in entries:
             if tensor in tensor_file:
-                raise CheckpointError(f"tensor {tensor!r} is stored in both {tensor_file[tensor]} and {name}",
-                                      tensor=tensor)  # fmt: skip
+                raise CheckpointError(
+                    f"tensor {tensor!r} is stored in both {tensor_file[tensor]} and {name}", tensor=tensor
+                )
             tensor_file[tensor] = name
     if index_path.is_file():
         for tensor, name in weight_map.items():
             if tensor_file.get(tensor) != name:
-                raise CheckpointError(f"{INDEX_NAME} maps {tensor!r} to {name}, which does not hold it",
-                                      hint="the index is stale; re-download the checkpoint", tensor=tensor)  # fmt: skip
+                raise CheckpointError(
+                    f"{INDEX_NAME} maps {tensor!r} to {name}, which does not hold it",
+                    hint="the index is stale; re-download the checkpoint",
+                    tensor=tensor,
+                )
     other = [f for f in files if not f.endswith(_NOT_COPIED_SUFFIXES) and f not in _NOT_COPIED_NAMES]
     return SourceCheckpoint(root, config, shards, tensor_file, other)

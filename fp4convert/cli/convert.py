@@ -15,25 +15,48 @@ from fp4convert.dialects import DIALECTS
 @click.command()
 @click.argument("source")
 @click.argument("destination", type=click.Path(path_type=Path))
-@click.option("--contract", "contract_path", required=True,
-              help="Precision contract: a YAML/JSON file, or a shipped name such as nvfp4-experts-per-token.")  # fmt: skip
-@click.option("--dialect", type=click.Choice(sorted(DIALECTS)), default="modelopt", show_default=True,
-              help="On-disk format engines load.")  # fmt: skip
+@click.option(
+    "--contract",
+    "contract_path",
+    required=True,
+    help="Precision contract: a YAML/JSON file, or a shipped name such as nvfp4-experts-per-token.",
+)
+@click.option(
+    "--dialect",
+    type=click.Choice(sorted(DIALECTS)),
+    default="modelopt",
+    show_default=True,
+    help="On-disk format engines load.",
+)
 @options.device
 @click.option("--workers", type=click.IntRange(1), default=None, help="CPU threads for the quantizer.")
 @click.option("--max-shard-size", default=None, help="Re-shard the output (e.g. 5GB); default mirrors the input.")
-@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="JSON {module: activation amax}; needed when activations are not per-token.")  # fmt: skip
+@click.option(
+    "--calibration",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON {module: activation amax}; needed when activations are not per-token.",
+)
 @click.option("--revision", default=None, help="Hub revision when SOURCE is a repo id.")
 @options.overwrite
 @click.option("--resume", is_flag=True, help="Continue an interrupted run, keeping verified shards.")
 @options.quiet
 @options.json_output
 def convert(
-    source: str, destination: Path, contract_path: str, dialect: str, device: str, workers: int | None,
-    max_shard_size: str | None, calibration: Path | None, revision: str | None, overwrite: bool, resume: bool,
-    quiet: bool, as_json: bool,
-) -> None:  # fmt: skip
+    source: str,
+    destination: Path,
+    contract_path: str,
+    dialect: str,
+    device: str,
+    workers: int | None,
+    max_shard_size: str | None,
+    calibration: Path | None,
+    revision: str | None,
+    overwrite: bool,
+    resume: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Convert the HF checkpoint SOURCE (folder or Hub repo id) into DESTINATION under a contract.
 
     Plans every tensor, refuses before writing anything if the contract cannot hold, converts shard
@@ -43,10 +66,19 @@ def convert(
 
     with options.progress_bar(not quiet) as hook:
         report = convert_checkpoint(
-            source, destination, contract=contract_path, dialect=dialect, device=device, workers=workers,
-            max_shard_size=options.parse_size(max_shard_size), overwrite=overwrite, resume=resume,
-            calibration=calibration, revision=revision, progress=hook,
-        )  # fmt: skip
+            source,
+            destination,
+            contract=contract_path,
+            dialect=dialect,
+            device=device,
+            workers=workers,
+            max_shard_size=options.parse_size(max_shard_size),
+            overwrite=overwrite,
+            resume=resume,
+            calibration=calibration,
+            revision=revision,
+            progress=hook,
+        )
     if as_json:
         click.echo(json.dumps(asdict(report), indent=2))
         return

@@ -27,16 +27,23 @@ def demo(ctx: click.Context, workdir: Path | None, as_json: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="fp4convert-demo-") as tmp:
         report = run_demo(workdir or Path(tmp))
         if as_json:
-            data = {"source": report.source, "conversion": asdict(report.conversion),
-                    "verification": report.verification.to_json(), "environment": report.environment}  # fmt: skip
+            data = {
+                "source": report.source,
+                "conversion": asdict(report.conversion),
+                "verification": report.verification.to_json(),
+                "environment": report.environment,
+            }
             click.echo(json.dumps(data, indent=2))
         else:
             c = report.conversion
             formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(c.formats.items()))
-            click.echo(f"source      tiny Qwen3-MoE (4 layers, 8 experts), {c.source_bytes / 1e6:.1f} MB bf16: {report.source}")
+            size = f"{c.source_bytes / 1e6:.1f} MB bf16"
+            click.echo(f"source      tiny Qwen3-MoE (4 layers, 8 experts), {size}: {report.source}")
             click.echo(f"contract    {c.contract} (sha256 {c.contract_sha256[:12]})")
-            click.echo(f"converted   {c.tensors} tensors ({formats}) -> {c.output_bytes / 1e6:.1f} MB "
-                       f"[{c.dialect}] in {c.seconds:.2f} s: {c.destination}")  # fmt: skip
+            click.echo(
+                f"converted   {c.tensors} tensors ({formats}) -> {c.output_bytes / 1e6:.1f} MB "
+                f"[{c.dialect}] in {c.seconds:.2f} s: {c.destination}"
+            )
             click.echo(f"verified    {report.verification.summary()}")
             click.echo("serve with  (fp4convert contract emit nvfp4-experts-per-token --target env)")
             click.echo("".join(f"  {line}\n" for line in report.environment.splitlines()), nl=False)

@@ -24,5 +24,7 @@ def dequantize(source: Path, destination: Path, overwrite: bool, as_json: bool) 
     if as_json:
         click.echo(json.dumps(asdict(report), indent=2))
     else:
-        click.echo(f"dequantized {report.nvfp4_modules} NVFP4 and {report.mxfp8_modules} MXFP8 modules "
-                   f"into {report.destination} ({report.copied_tensors} tensors copied)")  # fmt: skip
+        click.echo(
+            f"dequantized {report.nvfp4_modules} NVFP4 and {report.mxfp8_modules} MXFP8 modules "
+            f"into {report.destination} ({report.copied_tensors} tensors copied)"
+        )

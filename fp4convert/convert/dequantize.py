@@ -11,6 +11,7 @@ load NVFP4 MoE checkpoints on CPU today). The decode is the one engines use:
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from fp4convert import __version__
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint
 from fp4convert.convert.manifest import write_json_atomic
 from fp4convert.errors import CheckpointError, ConversionError
@@ -31,9 +32,11 @@ __all__ = ["DequantizeReport", "dequantize_checkpoint"]
 _DIALECT_NAMES: dict[str, dict[str, Any]] = {
     "modelopt": {"nvfp4": ("weight", "weight_scale", "weight_scale_2", False), "mxfp8": "weight_scale"},
     "mxfp8": {"nvfp4": None, "mxfp8": "weight_scale_inv"},
-    "compressed-tensors": {"nvfp4": ("weight_packed", "weight_scale", "weight_global_scale", True),
-                           "mxfp8": "weight_scale"},
-}  # fmt: skip
+    "compressed-tensors": {
+        "nvfp4": ("weight_packed", "weight_scale", "weight_global_scale", True),
+        "mxfp8": "weight_scale",
+    },
+}
 _DROPPED_SUFFIXES = (".input_scale", ".input_global_scale", ".k_scale", ".v_scale")
 
 
@@ -45,7 +48,9 @@ class DequantizeReport:
     copied_tensors: int
 
 
-def _dequant_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor, encode: bool) -> torch.Tensor:
+def _dequant_nvfp4(
+    packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor, encode: bool
+) -> torch.Tensor:
     rows, half = packed.shape
     values = e2m1_decode(unpack_fp4(packed)).reshape(rows, half * 2 // NVFP4_BLOCK, NVFP4_BLOCK)
     g = global_scale.float().reshape(())
@@ -59,6 +64,40 @@ def _dequant_mxfp8(data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return values * e8m0_decode(scale.view(torch.uint8)).repeat_interleave(MXFP8_BLOCK, dim=-1)[:, : data.shape[1]]
 
 
+# One output tensor: (name, safetensors dtype, shape, how) where how is None (copy as is),
+# ("nvfp4", module, suffixes) or ("mxfp8", module, scale name).
+_Output = tuple[str, str, tuple[int, ...], Any]
+
+
+def _shard_outputs(
+    entries: Mapping[str, TensorEntry], names: Mapping[str, Any], all_names: set[str], dtype: torch.dtype
+) -> list[_Output]:
+    """What one dequantized shard holds: each module's weight, decoded, and every other tensor."""
+    outputs: list[_Output] = []
+    nv, mx_scale = names["nvfp4"], names["mxfp8"]
+    for name, entry in entries.items():
+        module, _, leaf = name.rpartition(".")
+        if nv and leaf == nv[0] and f"{module}.{nv[2]}" in all_names:
+            shape = (entry.shape[0], entry.shape[1] * 2)
+            outputs.append((f"{module}.weight", dtype_name(dtype), shape, ("nvfp4", module, nv)))
+        elif leaf == "weight" and entry.dtype == "F8_E4M3" and f"{module}.{mx_scale}" in all_names:
+            outputs.append((name, dtype_name(dtype), entry.shape, ("mxfp8", module, mx_scale)))
+        elif not ((nv and leaf in nv[1:]) or leaf == mx_scale or name.endswith(_DROPPED_SUFFIXES)):
+            outputs.append((name, entry.dtype, entry.shape, None))
+        # else: a scale consumed with its module, or an activation / KV scale (dropped)
+    return outputs
+
+
+def _decode(how: Any, read: Callable[[str], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    if how[0] == "nvfp4":
+        _, module, (data, scale, glob, encode) = how
+        w = _dequant_nvfp4(read(f"{module}.{data}"), read(f"{module}.{scale}"), read(f"{module}.{glob}"), encode)
+    else:
+        _, module, scale_name = how
+        w = _dequant_mxfp8(read(f"{module}.weight"), read(f"{module}.{scale_name}"))
+    return w.to(dtype)
+
+
 def dequantize_checkpoint(
     source: str | Path, destination: str | Path, *, dtype: torch.dtype = torch.bfloat16, overwrite: bool = False
 ) -> DequantizeReport:
@@ -67,65 +106,45 @@ def dequantize_checkpoint(
     Raises:
         CheckpointError: the source has no quantization_config of a known dialect, or a module
             lacks one of its scale tensors.
-        ConversionError: the destination exists (without ``overwrite``) or overlaps the source.
+        ConversionError: nothing to dequantize, or the destination exists (without ``overwrite``)
+            or overlaps the source.
     """
     from fp4convert.convert.execute import _check_destination, _publish
 
     ckpt = open_checkpoint(source)
-    qc = ckpt.config.get("quantization_config") or {}
-    method = qc.get("quant_method")
+    method = (ckpt.config.get("quantization_config") or {}).get("quant_method")
     if method not in _DIALECT_NAMES:
         raise CheckpointError(
             f"{source}: config.json has no quantization_config of a known dialect (quant_method={method!r})",
             hint=f"expected one of {', '.join(_DIALECT_NAMES)}; a BF16 checkpoint needs no dequantization",
         )
-    names = _DIALECT_NAMES[method]
+    all_names = set(ckpt.tensor_file)
+    plans = {shard: _shard_outputs(e, _DIALECT_NAMES[method], all_names, dtype) for shard, e in ckpt.shards.items()}
+    kinds = [out[3][0] for outputs in plans.values() for out in outputs if out[3] is not None]
+    if not kinds:
+        raise ConversionError(f"{source}: no quantized module was found", hint="nothing to dequantize")
     destination = Path(destination)
     staging = _check_destination(Path(source), destination, overwrite, resume=False)
     files = {name: SafetensorsFile(ckpt.root / name) for name in ckpt.shards}
 
     def read(tensor: str) -> torch.Tensor:
         if tensor not in ckpt.tensor_file:
-            raise CheckpointError(f"{source}: tensor {tensor!r} is missing", hint="the checkpoint is incomplete",
-                                  tensor=tensor)  # fmt: skip
+            raise CheckpointError(
+                f"{source}: tensor {tensor!r} is missing", hint="the checkpoint is incomplete", tensor=tensor
+            )
         return files[ckpt.tensor_file[tensor]].read(tensor)
 
-    all_names = set(ckpt.tensor_file)
-    nvfp4 = mxfp8 = copied = 0
     weight_map: dict[str, str] = {}
     try:
-        for shard, entries in ckpt.shards.items():
-            plan: list[tuple[str, str, tuple[int, ...], Any]] = []
-            for name, entry in entries.items():
-                module, _, leaf = name.rpartition(".")
-                nv = names["nvfp4"]
-                if nv and leaf == nv[0] and f"{module}.{nv[2]}" in all_names:
-                    shape = (entry.shape[0], entry.shape[1] * 2)
-                    plan.append((f"{module}.weight", dtype_name(dtype), shape, ("nvfp4", module, nv)))
-                elif leaf == "weight" and entry.dtype == "F8_E4M3" and f"{module}.{names['mxfp8']}" in all_names:
-                    plan.append((name, dtype_name(dtype), entry.shape, ("mxfp8", module, names["mxfp8"])))
-                elif (nv and leaf in nv[1:]) or leaf == names["mxfp8"] or name.endswith(_DROPPED_SUFFIXES):
-                    continue  # consumed with its module, or an activation / KV scale
-                else:
-                    plan.append((name, entry.dtype, entry.shape, None))
-            writer = StreamingWriter(staging / (shard + ".tmp"), [(n, d, s) for n, d, s, _ in plan],
-                                     metadata={"format": "pt", "producer": f"fp4convert {__version__} dequantize"})  # fmt: skip
-            for out_name, _, _, how in plan:
-                if how is None:
-                    writer.write(out_name, read(out_name))
-                    copied += 1
-                elif how[0] == "nvfp4":
-                    _, module, (data, scale, glob, encode) = how
-                    w = _dequant_nvfp4(read(f"{module}.{data}"), read(f"{module}.{scale}"), read(f"{module}.{glob}"), encode)
-                    writer.write(out_name, w.to(dtype))
-                    nvfp4 += 1
-                else:
-                    _, module, scale_name = how
-                    writer.write(out_name, _dequant_mxfp8(read(f"{module}.weight"), read(f"{module}.{scale_name}")).to(dtype))
-                    mxfp8 += 1
-                weight_map[out_name] = shard
+        for shard, outputs in plans.items():
+            tmp = staging / (shard + ".tmp")
+            metadata = {"format": "pt", "producer": f"fp4convert {__version__} dequantize"}
+            writer = StreamingWriter(tmp, [(n, d, s) for n, d, s, _ in outputs], metadata=metadata)
+            for name, _, _, how in outputs:
+                writer.write(name, read(name) if how is None else _decode(how, read, dtype))
+                weight_map[name] = shard
             writer.close()
-            (staging / (shard + ".tmp")).rename(staging / shard)
+            tmp.rename(staging / shard)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -141,10 +160,6 @@ def dequantize_checkpoint(
     for name in ckpt.other_files:
         if name != "fp4convert.json":
             shutil.copy2(ckpt.root / name, staging / name)
-    if nvfp4 + mxfp8 == 0:
-        shutil.rmtree(staging)
-        raise ConversionError(f"{source}: no quantized module was found", hint="nothing to dequantize")
     _publish(staging, destination)
-    return DequantizeReport(str(destination), nvfp4, mxfp8, copied)
-
-
+    copied = sum(out[3] is None for outputs in plans.values() for out in outputs)
+    return DequantizeReport(str(destination), kinds.count("nvfp4"), kinds.count("mxfp8"), copied)

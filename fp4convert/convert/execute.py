@@ -245,8 +245,10 @@ def _write_shard(
     # kernel itself is multi-threaded), one thread hashes the outputs and writes. hashlib, file I/O
     # and the native kernel release the GIL. Read-ahead is two tensors and at most two writes are
     # in flight, so memory stays bounded whatever the shard size.
-    with ThreadPoolExecutor(1, thread_name_prefix="fp4convert-read") as read_pool, \
-            ThreadPoolExecutor(1, thread_name_prefix="fp4convert-write") as write_pool:  # fmt: skip
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="fp4convert-read") as read_pool,
+        ThreadPoolExecutor(1, thread_name_prefix="fp4convert-write") as write_pool,
+    ):
         ahead: dict[str, Future[torch.Tensor]] = {}
 
         def read_ahead(start: int) -> None:
@@ -415,7 +417,7 @@ def convert_checkpoint(
         ContractError, MappingError, CheckpointError: bad contract, unknown tensor names, bad files.
 
     Example:
-        >>> convert_checkpoint("Qwen3-30B-A3B", "out", contract="contracts/nvfp4-experts-per-token.yaml")  # doctest: +SKIP
+        >>> convert_checkpoint("Qwen/Qwen3-30B-A3B", "out", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
     from fp4convert.hub import resolve_source
 
@@ -464,12 +466,17 @@ def convert_checkpoint(
             if done and path.is_file() and _tensor_hashes(path) == done["tensors"]:
                 sha.update(done["tensors"])
                 resumed.append(file_name)
-                hook("shard", {"file": file_name, "resumed": True,
-                               "bytes": sum(plan.source.entry(i.info.name).nbytes for i in items)})  # fmt: skip
+                hook(
+                    "shard",
+                    {
+                        "file": file_name,
+                        "resumed": True,
+                        "bytes": sum(plan.source.entry(i.info.name).nbytes for i in items),
+                    },
+                )
                 continue
             hook("shard", {"file": file_name, "resumed": False})
-            tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device,
-                                      calibration=calib, hook=hook)  # fmt: skip
+            tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device, calibration=calib, hook=hook)
             sha.update(tensor_sha)
             journal["files"][file_name] = {"tensors": tensor_sha}
             write_json_atomic(journal_path, journal)
@@ -478,8 +485,15 @@ def convert_checkpoint(
         reader.close()
     for name in ("config.json", *ckpt.other_files):
         source_hashes[name] = file_sha256(ckpt.root / name)
-    manifest = _manifest(plan, sha, source_hashes, location=str(source), revision=revision, device=device,
-                         calibration_path=None if calibration is None else str(calibration))  # fmt: skip
+    manifest = _manifest(
+        plan,
+        sha,
+        source_hashes,
+        location=str(source),
+        revision=revision,
+        device=device,
+        calibration_path=None if calibration is None else str(calibration),
+    )
     total = _finalize(staging, plan, manifest)
     from fp4convert.verify.checkpoint import verify_checkpoint
 
@@ -506,5 +520,3 @@ def convert_checkpoint(
         files=sorted(by_file),
         resumed_files=resumed,
     )
-
-

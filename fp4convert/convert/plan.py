@@ -92,8 +92,12 @@ def build_plan(
     for info in inventory:
         planned = Planned(info, decisions[info.name])
         items.append(
-            PlannedTensor(info, decisions[info.name], source_file=source.tensor_file[info.name],
-                          outputs=tuple(dialect.layout(planned)))  # fmt: skip
+            PlannedTensor(
+                info,
+                decisions[info.name],
+                source_file=source.tensor_file[info.name],
+                outputs=tuple(dialect.layout(planned)),
+            )
         )
     # Read each source shard front to back: conversion follows the data order of the files.
     order = {name: n for n, name in enumerate(source.shards)}

@@ -28,27 +28,60 @@ __all__ = ["CompressedTensorsDialect"]
 
 _FORMAT = {"nvfp4": "nvfp4-pack-quantized", "mxfp8": "mxfp8-quantized"}
 _WEIGHTS = {
-    "nvfp4": {"num_bits": 4, "type": "float", "symmetric": True, "group_size": 16, "strategy": "tensor_group",
-              "dynamic": False, "scale_dtype": "torch.float8_e4m3fn"},
-    "mxfp8": {"num_bits": 8, "type": "float", "symmetric": True, "group_size": 32, "strategy": "group",
-              "dynamic": False, "scale_dtype": "torch.uint8"},
-}  # fmt: skip
+    "nvfp4": {
+        "num_bits": 4,
+        "type": "float",
+        "symmetric": True,
+        "group_size": 16,
+        "strategy": "tensor_group",
+        "dynamic": False,
+        "scale_dtype": "torch.float8_e4m3fn",
+    },
+    "mxfp8": {
+        "num_bits": 8,
+        "type": "float",
+        "symmetric": True,
+        "group_size": 32,
+        "strategy": "group",
+        "dynamic": False,
+        "scale_dtype": "torch.uint8",
+    },
+}
 _INPUTS = {
-    "nvfp4": {"num_bits": 4, "type": "float", "symmetric": True, "group_size": 16, "strategy": "tensor_group",
-              "dynamic": "local", "scale_dtype": "torch.float8_e4m3fn", "observer": "static_minmax"},
-    "mxfp8": {"num_bits": 8, "type": "float", "symmetric": True, "group_size": 32, "strategy": "group",
-              "dynamic": True, "scale_dtype": "torch.uint8"},
-}  # fmt: skip
+    "nvfp4": {
+        "num_bits": 4,
+        "type": "float",
+        "symmetric": True,
+        "group_size": 16,
+        "strategy": "tensor_group",
+        "dynamic": "local",
+        "scale_dtype": "torch.float8_e4m3fn",
+        "observer": "static_minmax",
+    },
+    "mxfp8": {
+        "num_bits": 8,
+        "type": "float",
+        "symmetric": True,
+        "group_size": 32,
+        "strategy": "group",
+        "dynamic": True,
+        "scale_dtype": "torch.uint8",
+    },
+}
 
 
 class CompressedTensorsDialect(Dialect):
     name: ClassVar[str] = "compressed-tensors"
     formats: ClassVar[frozenset[str]] = frozenset({"nvfp4", "mxfp8"})
     suffixes: ClassVar[dict[str, dict[str, str]]] = {
-        "nvfp4": {"data": "weight_packed", "scale": "weight_scale", "global": "weight_global_scale",
-                  "input": "input_global_scale"},
+        "nvfp4": {
+            "data": "weight_packed",
+            "scale": "weight_scale",
+            "global": "weight_global_scale",
+            "input": "input_global_scale",
+        },
         "mxfp8": {"data": "weight", "scale": "weight_scale"},
-    }  # fmt: skip
+    }
     global_shape: ClassVar[tuple[int, ...]] = (1,)
 
     def __init__(self, *, per_token_activations: bool = True) -> None:

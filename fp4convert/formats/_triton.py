@@ -54,10 +54,14 @@ def _e4m3_value(code):
 def _e2m1_code(y, SIGNED_ZERO: tl.constexpr):
     a = tl.abs(y)
     m = (
-        (a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
-        + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32)
+        (a > 0.25).to(tl.int32)
+        + (a >= 0.75).to(tl.int32)
+        + (a > 1.25).to(tl.int32)
+        + (a >= 1.75).to(tl.int32)
+        + (a > 2.5).to(tl.int32)
+        + (a >= 3.5).to(tl.int32)
         + (a > 5.0).to(tl.int32)
-    )  # fmt: skip
+    )
     if SIGNED_ZERO:
         neg = (y.to(tl.uint32, bitcast=True) >> 31).to(tl.int32)
     else:
@@ -79,9 +83,20 @@ def _row_amax_kernel(x_ptr, out_ptr, cols, ld, BLOCK: tl.constexpr):
 
 @triton.jit
 def _nvfp4_kernel(
-    x_ptr, sdec_ptr, mult_ptr, bamax_ptr, data_ptr, scale_ptr, rows, cols, ld,
-    PROFILE: tl.constexpr, HAS_BAMAX: tl.constexpr, BR: tl.constexpr, NB: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    sdec_ptr,
+    mult_ptr,
+    bamax_ptr,
+    data_ptr,
+    scale_ptr,
+    rows,
+    cols,
+    ld,
+    PROFILE: tl.constexpr,
+    HAS_BAMAX: tl.constexpr,
+    BR: tl.constexpr,
+    NB: tl.constexpr,
+):
     pid_r = tl.program_id(0)
     pid_c = tl.program_id(1)
     r = pid_r * BR + tl.arange(0, BR)
@@ -186,10 +201,21 @@ def nvfp4_matrix(
     grid = (triton.cdiv(rows, br), triton.cdiv(cols // NVFP4_BLOCK, nb))
     if rows and cols:
         _nvfp4_kernel[grid](
-            x2d, outer.s_dec.contiguous(), outer.mult.contiguous(), blk, data, scale, rows, cols,
-            x2d.stride(0), PROFILE=_PROFILE_CODES[profile], HAS_BAMAX=block_amax is not None,
-            BR=br, NB=nb, enable_fp_fusion=False,
-        )  # fmt: skip
+            x2d,
+            outer.s_dec.contiguous(),
+            outer.mult.contiguous(),
+            blk,
+            data,
+            scale,
+            rows,
+            cols,
+            x2d.stride(0),
+            PROFILE=_PROFILE_CODES[profile],
+            HAS_BAMAX=block_amax is not None,
+            BR=br,
+            NB=nb,
+            enable_fp_fusion=False,
+        )
     return data, scale
 
 

@@ -130,4 +130,3 @@ def e8m0_inverse(e: torch.Tensor) -> torch.Tensor:
     """E8M0 byte -> ``2**(127 - e)`` exactly (TE ``exp2f_rcp``; 0xFF -> NaN)."""
     out = torch.ldexp(torch.ones(e.shape, dtype=torch.float32, device=e.device), 127 - e.int())
     return torch.where(e == 0xFF, torch.full_like(out, float("nan")), out)
-

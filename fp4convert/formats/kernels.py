@@ -177,9 +177,19 @@ def nvfp4_matrix(
 
     def run(r0: int, r1: int) -> None:
         lib.fp4c_nvfp4_rows(
-            x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), s_dec.data_ptr(), mult.data_ptr(),
-            None if blk is None else blk.data_ptr(), prof, data.data_ptr(), scale.data_ptr(),
-        )  # fmt: skip
+            x2d.data_ptr(),
+            code,
+            r0,
+            r1,
+            cols,
+            x2d.stride(0),
+            s_dec.data_ptr(),
+            mult.data_ptr(),
+            None if blk is None else blk.data_ptr(),
+            prof,
+            data.data_ptr(),
+            scale.data_ptr(),
+        )
 
     _run_rows(run, rows, cols)
     return data, scale
@@ -203,9 +213,7 @@ def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     code = _DTYPE_CODES[x2d.dtype]
 
     def run(r0: int, r1: int) -> None:
-        lib.fp4c_mxfp8_rows(
-            x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), data.data_ptr(), scale.data_ptr()
-        )
+        lib.fp4c_mxfp8_rows(x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), data.data_ptr(), scale.data_ptr())
 
     _run_rows(run, rows, cols)
     return data, scale

@@ -282,9 +282,7 @@ def quantize_nvfp4(
     )
 
 
-def dequantize_nvfp4(
-    q: NVFP4Tensor, *, dtype: torch.dtype = torch.float32, columnwise: bool = False
-) -> torch.Tensor:
+def dequantize_nvfp4(q: NVFP4Tensor, *, dtype: torch.dtype = torch.float32, columnwise: bool = False) -> torch.Tensor:
     """Dequantize an :class:`NVFP4Tensor` (TE's ``dequantize_fp4_kernel`` arithmetic).
 
     Args:

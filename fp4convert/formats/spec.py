@@ -46,9 +46,7 @@ class ScaleFormat:
 #: FP4 E2M1: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 at codes 0..7; bit 3 is the sign.
 E2M1 = ElementFormat("e2m1", ebits=2, mbits=1, bias=1, max=6.0, min_normal=1.0, min_subnormal=0.5)
 #: FP8 E4M3 ("fn": no infinities, 0x7F/0xFF are NaN): NVFP4 block scales and MXFP8 data.
-E4M3 = ElementFormat(
-    "e4m3", ebits=4, mbits=3, bias=7, max=448.0, min_normal=2.0**-6, min_subnormal=2.0**-9
-)
+E4M3 = ElementFormat("e4m3", ebits=4, mbits=3, bias=7, max=448.0, min_normal=2.0**-6, min_subnormal=2.0**-9)
 #: E8M0: MXFP8 block scale 2**(e - 127); 0xFF is NaN.
 E8M0 = ScaleFormat("e8m0", ebits=8, bias=127, nan_code=0xFF)
 

@@ -103,16 +103,21 @@ def _check_config(directory: Path, manifest: Mapping[str, Any], report: VerifyRe
         return
     expected = _QUANT_METHOD[dialect]
     report.checks.append(
-        TensorCheck("config.json", method == expected, "config",
-                    "" if method == expected else f"quant_method {method!r}, expected {expected!r}")  # fmt: skip
+        TensorCheck(
+            "config.json",
+            method == expected,
+            "config",
+            "" if method == expected else f"quant_method {method!r}, expected {expected!r}",
+        )
     )
     if dialect == "modelopt":
         present = (directory / "hf_quant_config.json").is_file()
         report.checks.append(TensorCheck("hf_quant_config.json", present, "config", "" if present else "missing"))
 
 
-def _check_structure(name: str, info: Mapping[str, Any], dialect_suffixes: Mapping[str, Mapping[str, str]],
-                     report: VerifyReport) -> None:  # fmt: skip
+def _check_structure(
+    name: str, info: Mapping[str, Any], dialect_suffixes: Mapping[str, Mapping[str, str]], report: VerifyReport
+) -> None:
     fmt = info["format"]
     if fmt == "bf16":
         ok = list(info["outputs"]) == [name]
@@ -130,8 +135,9 @@ def _check_structure(name: str, info: Mapping[str, Any], dialect_suffixes: Mappi
                 report.checks.append(TensorCheck(out, False, "structure", f"{fmt} module lacks its {role} tensor"))
             continue
         if outputs[out]["dtype"] != dtype:
-            report.checks.append(TensorCheck(out, False, "dtype",
-                                             f"{role} tensor is {outputs[out]['dtype']}, expected {dtype}"))  # fmt: skip
+            report.checks.append(
+                TensorCheck(out, False, "dtype", f"{role} tensor is {outputs[out]['dtype']}, expected {dtype}")
+            )
 
 
 def _tensor_bytes(directory: Path, file: str, tensor: str, cache: dict[str, SafetensorsFile]) -> torch.Tensor:
@@ -140,9 +146,7 @@ def _tensor_bytes(directory: Path, file: str, tensor: str, cache: dict[str, Safe
     return cache[file].read(tensor)
 
 
-def verify_checkpoint(
-    directory: str | Path, *, source: str | Path | None = None, device: str = "cpu"
-) -> VerifyReport:
+def verify_checkpoint(directory: str | Path, *, source: str | Path | None = None, device: str = "cpu") -> VerifyReport:
     """Verify a converted checkpoint; see the module docstring for what is checked.
 
     Args:
@@ -187,8 +191,15 @@ def verify_checkpoint(
                 continue
             file, entry = found[name]
             if (entry.dtype, list(entry.shape), file) != (out["dtype"], out["shape"], out["file"]):
-                report.checks.append(TensorCheck(name, False, "dtype",
-                    f"{file}: {entry.dtype} {list(entry.shape)}, expected {out['dtype']} {out['shape']} in {out['file']}"))  # fmt: skip
+                report.checks.append(
+                    TensorCheck(
+                        name,
+                        False,
+                        "dtype",
+                        f"{file}: {entry.dtype} {list(entry.shape)}, "
+                        f"expected {out['dtype']} {out['shape']} in {out['file']}",
+                    )
+                )
                 continue
             to_hash.setdefault(file, []).append(name)
         for name, digest in _hash_tensors(directory, to_hash).items():
@@ -218,8 +229,14 @@ def _hash_tensors(directory: Path, by_file: Mapping[str, list[str]]) -> dict[str
     return out
 
 
-def _check_shared_scales(directory: Path, manifest: Mapping[str, Any], suffixes: Mapping[str, Any],
-                         found: Mapping[str, Any], cache: dict[str, SafetensorsFile], report: VerifyReport) -> None:  # fmt: skip
+def _check_shared_scales(
+    directory: Path,
+    manifest: Mapping[str, Any],
+    suffixes: Mapping[str, Any],
+    found: Mapping[str, Any],
+    cache: dict[str, SafetensorsFile],
+    report: VerifyReport,
+) -> None:
     groups: dict[str, list[str]] = {}
     for name, info in manifest["tensors"].items():
         if info["format"] == "nvfp4" and info.get("fused_group"):
@@ -231,10 +248,16 @@ def _check_shared_scales(directory: Path, manifest: Mapping[str, Any], suffixes:
             out = f"{name.rsplit('.', 1)[0]}.{key}"
             if out in found:
                 scales.append((name, _tensor_bytes(directory, found[out][0], out, cache)))
-        same = all(torch.equal(s.reshape(-1).view(torch.uint8), scales[0][1].reshape(-1).view(torch.uint8)) for _, s in scales[1:])
+        same = all(
+            torch.equal(s.reshape(-1).view(torch.uint8), scales[0][1].reshape(-1).view(torch.uint8))
+            for _, s in scales[1:]
+        )
         detail = "" if same else ", ".join(f"{n}: {s.item():.9g}" for n, s in scales)
-        report.checks.append(TensorCheck(group, same, "shared-scale",
-                                         detail and f"fused siblings carry different global scales ({detail})"))  # fmt: skip
+        report.checks.append(
+            TensorCheck(
+                group, same, "shared-scale", detail and f"fused siblings carry different global scales ({detail})"
+            )
+        )
 
 
 def _first_difference(name: str, fmt: str, actual: torch.Tensor, expected: torch.Tensor) -> str:
@@ -249,12 +272,20 @@ def _first_difference(name: str, fmt: str, actual: torch.Tensor, expected: torch
         row, col = divmod(i, actual.shape[1] * actual.element_size())
         per_block = {"weight": 8, "weight_packed": 8}.get(name.rsplit(".", 1)[-1], 1) if fmt == "nvfp4" else 32
         where = f"row {row}, block {col // per_block}"
-    return (f"{diff.numel()} of {a.numel()} bytes differ; first at {where}: "
-            f"{int(a[i]):#04x} != expected {int(e[i]):#04x}")  # fmt: skip
+    return (
+        f"{diff.numel()} of {a.numel()} bytes differ; first at {where}: {int(a[i]):#04x} != expected {int(e[i]):#04x}"
+    )
 
 
-def _compare_with_source(directory: Path, manifest: Mapping[str, Any], source: str | Path, device: str,
-                         found: Mapping[str, Any], cache: dict[str, SafetensorsFile], report: VerifyReport) -> None:  # fmt: skip
+def _compare_with_source(
+    directory: Path,
+    manifest: Mapping[str, Any],
+    source: str | Path,
+    device: str,
+    found: Mapping[str, Any],
+    cache: dict[str, SafetensorsFile],
+    report: VerifyReport,
+) -> None:
     from fp4convert.checkpoint.source import open_checkpoint
     from fp4convert.contract import parse_contract
     from fp4convert.convert.execute import _GroupAmax, _input_amax, _Reader, quantize_planned
@@ -287,7 +318,13 @@ def _compare_with_source(directory: Path, manifest: Mapping[str, Any], source: s
                 same = actual.shape == tensor.shape and torch.equal(
                     actual.reshape(-1).view(torch.uint8), tensor.cpu().contiguous().reshape(-1).view(torch.uint8)
                 )
-                report.checks.append(TensorCheck(name, same, "source",
-                    "" if same else _first_difference(name, item.decision.format, actual, tensor.cpu())))  # fmt: skip
+                report.checks.append(
+                    TensorCheck(
+                        name,
+                        same,
+                        "source",
+                        "" if same else _first_difference(name, item.decision.format, actual, tensor.cpu()),
+                    )
+                )
     finally:
         reader.close()

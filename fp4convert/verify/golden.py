@@ -218,7 +218,8 @@ def _describe_difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
     e = expected.reshape(-1).contiguous().view(torch.uint8)
     diff = (a != e).nonzero().flatten()
     first = int(diff[0])
-    return f"{diff.numel()} of {a.numel()} bytes differ; first at byte {first}: {int(a[first]):#04x} != {int(e[first]):#04x}"
+    got, want = int(a[first]), int(e[first])
+    return f"{diff.numel()} of {a.numel()} bytes differ; first at byte {first}: {got:#04x} != {want:#04x}"
 
 
 def verify(directory: str | Path, device: str | torch.device = "cpu") -> Iterator[FixtureResult]:
@@ -226,9 +227,13 @@ def verify(directory: str | Path, device: str | torch.device = "cpu") -> Iterato
     manifest, stored = _load(Path(directory))
     for entry in manifest["fixtures"]:  # type: ignore[union-attr]
         spec = FixtureSpec(
-            kind=entry["kind"], variant=entry["variant"], dtype=entry["dtype"],
-            shape=tuple(entry["shape"]), profile=entry["profile"], seed=entry["seed"],
-        )  # fmt: skip
+            kind=entry["kind"],
+            variant=entry["variant"],
+            dtype=entry["dtype"],
+            shape=tuple(entry["shape"]),
+            profile=entry["profile"],
+            seed=entry["seed"],
+        )
         outputs = quantize_fixture(spec, device)
         mismatches = {}
         for key in entry["tensors"]:

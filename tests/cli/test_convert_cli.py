@@ -46,16 +46,37 @@ def _main(argv: list[str], capsys) -> tuple[int, str]:
 
 
 def test_refusal_is_one_error_with_a_hint(tiny_checkpoint, tmp_path, capsys):
-    code, err = _main(["convert", str(tiny_checkpoint("qwen3_moe")), str(tmp_path / "o"), "--contract",
-                       "nvfp4-experts-per-token", "--dialect", "sglang-mxfp8", "--quiet"], capsys)  # fmt: skip
+    code, err = _main(
+        [
+            "convert",
+            str(tiny_checkpoint("qwen3_moe")),
+            str(tmp_path / "o"),
+            "--contract",
+            "nvfp4-experts-per-token",
+            "--dialect",
+            "sglang-mxfp8",
+            "--quiet",
+        ],
+        capsys,
+    )
     assert code == 1
     assert err.startswith("error[conversion]: conversion refused before writing anything (1 problems):")
     assert "hint: fix the contract, pick another --dialect, or keep the listed tensors in BF16" in err
 
 
 def test_bad_shard_size_is_explained(tiny_checkpoint, tmp_path, capsys):
-    code, err = _main(["convert", str(tiny_checkpoint("qwen3_moe")), str(tmp_path / "o"), "--contract",
-                       "nvfp4-experts-per-token", "--max-shard-size", "lots"], capsys)  # fmt: skip
+    code, err = _main(
+        [
+            "convert",
+            str(tiny_checkpoint("qwen3_moe")),
+            str(tmp_path / "o"),
+            "--contract",
+            "nvfp4-experts-per-token",
+            "--max-shard-size",
+            "lots",
+        ],
+        capsys,
+    )
     assert code == 1
     assert err.startswith("error[conversion]: --max-shard-size 'lots' is not a size")
 

@@ -45,9 +45,16 @@ def _logit_agreement(model_a, model_b) -> tuple[float, float]:
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):
     torch.manual_seed(0)  # transformers' own init (std 0.02): a realistic weight distribution
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      tie_word_embeddings=False)  # fmt: skip
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
     path = tmp_path_factory.mktemp("llama") / "bf16"
     model.save_pretrained(path)
@@ -72,10 +79,20 @@ def test_transformers_loads_compressed_tensors_dense_nvfp4_on_cpu(tiny_llama, tm
 @pytest.fixture(scope="module")
 def tiny_moe(tmp_path_factory):
     torch.manual_seed(0)
-    config = transformers.Qwen3MoeConfig(vocab_size=256, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                                         num_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
-                                         tie_word_embeddings=False)  # fmt: skip
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        moe_intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     model = transformers.Qwen3MoeForCausalLM(config).to(torch.bfloat16).eval()
     path = tmp_path_factory.mktemp("moe") / "bf16"
     model.save_pretrained(path)

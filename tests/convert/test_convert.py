@@ -21,16 +21,21 @@ def _tensors(directory) -> dict[str, torch.Tensor]:
     out = {}
     for path in sorted(directory.glob("*.safetensors")):
         with safe_open(str(path), "pt") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+            for name in f.keys():
                 out[name] = f.get_tensor(name)
     return out
 
 
 @pytest.mark.parametrize(
     ("dialect", "contract"),
-    [("modelopt", NVFP4_EXPERTS), ("compressed-tensors", NVFP4_EXPERTS), ("sglang-mxfp8", MXFP8_ALL),
-     ("modelopt", MXFP8_ALL), ("compressed-tensors", MXFP8_ALL)],
-)  # fmt: skip
+    [
+        ("modelopt", NVFP4_EXPERTS),
+        ("compressed-tensors", NVFP4_EXPERTS),
+        ("sglang-mxfp8", MXFP8_ALL),
+        ("modelopt", MXFP8_ALL),
+        ("compressed-tensors", MXFP8_ALL),
+    ],
+)
 def test_every_dialect_verifies_against_the_source(converted, tiny_checkpoint, dialect, contract):
     out = converted("qwen3_moe", dialect, contract)
     report = verify_checkpoint(out, source=tiny_checkpoint("qwen3_moe"))
@@ -70,9 +75,11 @@ def test_modelopt_loader_rules(converted, tiny_checkpoint):
     nested = json.loads((out / "hf_quant_config.json").read_text())["quantization"]
     assert {"group_size", "kv_cache_quant_algo", "exclude_modules"} <= set(nested)  # vLLM requires them
     manifest = json.loads((out / "fp4convert.json").read_text())
-    bf16_modules = [n.rsplit(".", 1)[0] for n, t in manifest["tensors"].items()
-                    if t["format"] == "bf16" and t["role"] != "norm" and t["role"] != "embedding"
-                    and n.endswith(".weight")]  # fmt: skip
+    bf16_modules = [
+        n.rsplit(".", 1)[0]
+        for n, t in manifest["tensors"].items()
+        if t["format"] == "bf16" and t["role"] != "norm" and t["role"] != "embedding" and n.endswith(".weight")
+    ]
     assert bf16_modules
     for module in bf16_modules:  # every BF16 Linear and router is excluded, as engines match it
         assert any(fnmatch.fnmatch(module, p) for p in config["ignore"]), module
@@ -176,8 +183,9 @@ def test_resume_refuses_a_different_contract(tiny_checkpoint, tmp_path):
 
 
 def test_max_shard_size_reshards(tiny_checkpoint, tmp_path):
-    report = convert_checkpoint(tiny_checkpoint("qwen3_moe"), tmp_path / "o", contract=NVFP4_EXPERTS,
-                                max_shard_size=60_000)  # fmt: skip
+    report = convert_checkpoint(
+        tiny_checkpoint("qwen3_moe"), tmp_path / "o", contract=NVFP4_EXPERTS, max_shard_size=60_000
+    )
     files = sorted(p.name for p in (tmp_path / "o").glob("*.safetensors"))
     assert len(files) > 1 and files[0] == f"model-00001-of-{len(files):05d}.safetensors"
     assert verify_checkpoint(report.destination, source=tiny_checkpoint("qwen3_moe")).ok
@@ -205,8 +213,12 @@ def test_per_tensor_activations_need_calibration(tiny_checkpoint, tmp_path):
     contract = parse_contract(CALIBRATED)
     with pytest.raises(ConversionError, match=r"needs calibrated activation amaxes; \d+ modules have none"):
         convert_checkpoint(src, tmp_path / "o", contract=contract)
-    modules = [f"model.layers.{layer}.mlp.experts.{e}.{p}" for layer in (0, 2) for e in range(4)
-               for p in ("gate_proj", "up_proj", "down_proj")]  # fmt: skip
+    modules = [
+        f"model.layers.{layer}.mlp.experts.{e}.{p}"
+        for layer in (0, 2)
+        for e in range(4)
+        for p in ("gate_proj", "up_proj", "down_proj")
+    ]
     amaxes = {m: 1.0 + i for i, m in enumerate(modules)}
     (tmp_path / "calib.json").write_text(json.dumps(amaxes))
     convert_checkpoint(src, tmp_path / "o", contract=contract, calibration=tmp_path / "calib.json")

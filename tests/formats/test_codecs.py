@@ -68,7 +68,9 @@ def test_e4m3_encode_matches_torch_cast_on_every_bf16_value():
 
 
 def test_e4m3_saturation_subnormals_and_nan():
-    d = torch.tensor([448.0, 463.9, 464.0, 1e30, float("inf"), 2.0**-9, 2.0**-10, 3 * 2.0**-10, 5 * 2.0**-10, float("nan")])
+    d = torch.tensor(
+        [448.0, 463.9, 464.0, 1e30, float("inf"), 2.0**-9, 2.0**-10, 3 * 2.0**-10, 5 * 2.0**-10, float("nan")]
+    )
     assert e4m3_encode(d).tolist() == [0x7E, 0x7E, 0x7E, 0x7E, 0x7E, 0x01, 0x00, 0x02, 0x02, 0x7F]
     codes = torch.arange(0, 0x7F, dtype=torch.uint8)
     assert torch.equal(e4m3_encode(e4m3_decode(codes)), codes)

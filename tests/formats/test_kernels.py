@@ -82,7 +82,13 @@ class _FakeCuda:
 
 @pytest.mark.parametrize(
     ("capability", "installed", "usable"),
-    [((9, 0), True, False), ((8, 9), True, False), ((10, 0), True, True), ((12, 0), True, True), ((10, 0), False, False)],
+    [
+        ((9, 0), True, False),
+        ((8, 9), True, False),
+        ((10, 0), True, True),
+        ((12, 0), True, True),
+        ((10, 0), False, False),
+    ],
 )
 def test_flashinfer_gate_refuses_hopper(monkeypatch, capability, installed, usable):
     # FlashInfer's FP4/MXFP8 quantize kernels write nothing below sm_100 and raise no error.

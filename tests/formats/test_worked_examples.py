@@ -22,8 +22,14 @@ def _row(block: list[float], other: float | None = None, dtype: torch.dtype = to
 
 # (id, block values, amax from another block, dtype, scale byte, data bytes of the example block)
 NVFP4_EXAMPLES = [
-    ("Ex1", [0, .25, .5, .75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, -6], None, torch.float32,
-     0x7E, "00 21 22 43 44 65 66 f7"),
+    (
+        "Ex1",
+        [0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 3.5, 4, 5, 6, -6],
+        None,
+        torch.float32,
+        0x7E,
+        "00 21 22 43 44 65 66 f7",
+    ),
     ("Ex1b", [0.0625 * i for i in range(16)], None, torch.float32, 0x7E, "10 22 43 54 65 66 76 77"),
     ("Ex2a", [0.1 * i for i in range(16)], 10.0, torch.float32, 0x68, "10 32 43 55 65 66 77 77"),
     ("Ex2b", [10 - 0.5 * i for i in range(16)], None, torch.float32, 0x7E, "77 77 66 66 56 55 44 34"),
@@ -32,7 +38,7 @@ NVFP4_EXAMPLES = [
     ("Ex5", [FP32_MAX] * 16, None, torch.float32, 0x7E, "77 77 77 77 77 77 77 77"),
     ("Ex6", [1e-6 * (i - 8) for i in range(16)], 1000.0, torch.float32, 0x00, "ff ff ff ff 70 77 77 77"),
     ("fp16-max", [65504.0] * 16, None, torch.float16, 0x7E, "77 77 77 77 77 77 77 77"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -91,9 +97,7 @@ def test_te_boundary_fixture(dtype, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_row_scaled_example(backend):
-    x = torch.tensor(
-        [[0.05 * i for i in range(16)] + [1.0] * 16, [5.0 * i for i in range(16)] + [-100.0] * 16]
-    )
+    x = torch.tensor([[0.05 * i for i in range(16)] + [1.0] * 16, [5.0 * i for i in range(16)] + [-100.0] * 16])
     g = quantize_nvfp4(x, backend=backend)
     assert g.amax.item() == 100.0
     assert hexbytes(g.scale) == "45 49 7a 7e"

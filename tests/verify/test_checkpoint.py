@@ -45,8 +45,12 @@ def _rewrite(out, edit, *, update_manifest: bool) -> None:
                     del info["outputs"][name]
                     continue
                 t = tensors[name]
-                o["dtype"] = {torch.uint8: "U8", torch.float8_e4m3fn: "F8_E4M3", torch.float32: "F32",
-                              torch.bfloat16: "BF16"}[t.dtype]  # fmt: skip
+                o["dtype"] = {
+                    torch.uint8: "U8",
+                    torch.float8_e4m3fn: "F8_E4M3",
+                    torch.float32: "F32",
+                    torch.bfloat16: "BF16",
+                }[t.dtype]
                 o["sha256"] = hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
         (out / "fp4convert.json").write_text(json.dumps(manifest))
 

@@ -80,7 +80,9 @@ def test_cli_verify_exit_codes(tampered):
     runner = CliRunner()
     ok = runner.invoke(cli, ["golden", "verify", "--dir", str(GOLDEN)])
     assert ok.exit_code == 0
-    assert ok.output.endswith(f"{len(golden.default_specs())}/{len(golden.default_specs())} fixtures byte-equal on cpu\n")
+    assert ok.output.endswith(
+        f"{len(golden.default_specs())}/{len(golden.default_specs())} fixtures byte-equal on cpu\n"
+    )
     bad = runner.invoke(cli, ["golden", "verify", "--dir", str(tampered)])
     assert bad.exit_code == 1
     assert bad.output.startswith("DIFF random-nvfp4-1x16-tensor-bfloat16-128x128: data: 1 of 8192 bytes differ")
