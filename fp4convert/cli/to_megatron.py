@@ -14,17 +14,31 @@ from fp4convert.cli import options
 @click.command("to-megatron")
 @click.argument("source")
 @click.argument("destination", type=click.Path(path_type=Path))
-@click.option("--contract", "contract_path", default=None,
-              help="Precision contract (file or shipped name): also write te-precision.yaml and megatron-args.txt.")  # fmt: skip
-@click.option("--expert-layout", type=click.Choice(["grouped", "sequential"]), default="grouped", show_default=True,
-              help="Expert names: TEGroupedMLP (linear_fc1.weight{e}) or SequentialMLP (local_experts.{e}.linear_fc1).")  # fmt: skip
+@click.option(
+    "--contract",
+    "contract_path",
+    default=None,
+    help="Precision contract (file or shipped name): also write te-precision.yaml and megatron-args.txt.",
+)
+@click.option(
+    "--expert-layout",
+    type=click.Choice(["grouped", "sequential"]),
+    default="grouped",
+    show_default=True,
+    help="Expert names: TEGroupedMLP (linear_fc1.weight{e}) or SequentialMLP (local_experts.{e}.linear_fc1).",
+)
 @click.option("--revision", default=None, help="Hub revision when SOURCE is a repo id.")
 @options.overwrite
 @options.json_output
 def to_megatron(
-    source: str, destination: Path, contract_path: str | None, expert_layout: str, revision: str | None,
-    overwrite: bool, as_json: bool,
-) -> None:  # fmt: skip
+    source: str,
+    destination: Path,
+    contract_path: str | None,
+    expert_layout: str,
+    revision: str | None,
+    overwrite: bool,
+    as_json: bool,
+) -> None:
     """Write the HF checkpoint SOURCE as Megatron-Core-named BF16 safetensors into DESTINATION.
 
     QKV is interleaved per query group, gate/up concatenated into linear_fc1, experts named for the
@@ -33,8 +47,14 @@ def to_megatron(
     """
     from fp4convert.megatron import import_hf
 
-    report = import_hf(source, destination, contract=contract_path, expert_layout=expert_layout,
-                       overwrite=overwrite, revision=revision)  # fmt: skip
+    report = import_hf(
+        source,
+        destination,
+        contract=contract_path,
+        expert_layout=expert_layout,
+        overwrite=overwrite,
+        revision=revision,
+    )
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
     if as_json:

@@ -13,25 +13,52 @@ from fp4convert.dialects import DIALECTS
 
 @click.command("validate-export")
 @click.argument("dump", type=click.Path(exists=True, path_type=Path))
-@click.option("--master", required=True, type=click.Path(exists=True, path_type=Path),
-              help="BF16 master: an HF checkpoint folder, or Megatron-named safetensors (folder or file).")  # fmt: skip
+@click.option(
+    "--master",
+    required=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="BF16 master: an HF checkpoint folder, or Megatron-named safetensors (folder or file).",
+)
 @click.option("--contract", "contract_path", required=True, help="Precision contract: a file or a shipped name.")
-@click.option("--dialect", type=click.Choice(sorted(DIALECTS)), default="modelopt", show_default=True,
-              help="Dialect the exporter writes.")  # fmt: skip
-@click.option("--config", "config_path", type=click.Path(exists=True, path_type=Path), default=None,
-              help="The model's config.json (default: the one next to the master).")  # fmt: skip
+@click.option(
+    "--dialect",
+    type=click.Choice(sorted(DIALECTS)),
+    default="modelopt",
+    show_default=True,
+    help="Dialect the exporter writes.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="The model's config.json (default: the one next to the master).",
+)
 @click.option("--ep-rank", type=click.IntRange(0), default=0, show_default=True, help="EP rank the dump comes from.")
 @click.option("--ep-size", type=click.IntRange(1), default=1, show_default=True, help="Expert-parallel size.")
-@click.option("--include-input-scale", is_flag=True,
-              help="The dump is meant to carry NVFP4 input_scale (live updates do not re-send it).")  # fmt: skip
+@click.option(
+    "--include-input-scale",
+    is_flag=True,
+    help="The dump is meant to carry NVFP4 input_scale (live updates do not re-send it).",
+)
 @click.option("--all", "show_all", is_flag=True, help="List every tensor with its status, not only failures.")
 @options.device
 @options.json_output
 @click.pass_context
 def validate_export(
-    ctx: click.Context, dump: Path, master: Path, contract_path: str, dialect: str, config_path: Path | None,
-    ep_rank: int, ep_size: int, include_input_scale: bool, show_all: bool, device: str, as_json: bool,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    dump: Path,
+    master: Path,
+    contract_path: str,
+    dialect: str,
+    config_path: Path | None,
+    ep_rank: int,
+    ep_size: int,
+    include_input_scale: bool,
+    show_all: bool,
+    device: str,
+    as_json: bool,
+) -> None:
     """Check an exporter's DUMP (safetensors with HF names, any number of update buckets) against
     the contract and the BF16 master: every tensor present and nothing extra, formats, dtypes and
     shapes, every byte re-derived from the master, shared fused scales, no input_scale where the
@@ -41,9 +68,16 @@ def validate_export(
     from fp4convert.megatron import validate_export_files
 
     report = validate_export_files(
-        dump, master, contract=contract_path, dialect=dialect, config=config_path, ep_rank=ep_rank,
-        ep_size=ep_size, include_input_scale=include_input_scale, device=device,
-    )  # fmt: skip
+        dump,
+        master,
+        contract=contract_path,
+        dialect=dialect,
+        config=config_path,
+        ep_rank=ep_rank,
+        ep_size=ep_size,
+        include_input_scale=include_input_scale,
+        device=device,
+    )
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         ctx.exit(0 if report.ok else 1)

@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
+from fp4convert.convert.groups import group_input_amax, shared_amax
 from fp4convert.formats import profiles
 from fp4convert.formats.codecs import e2m1_decode, nan_ignoring_abs, pack_fp4, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
-from fp4convert.convert.groups import group_input_amax, shared_amax
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.plan import ExportItem, ExportPlan, fused_members_phrase
 from fp4convert.megatron.report import ExportReport, Finding
@@ -125,8 +125,11 @@ class Context:
             rows = source.rows.numel()
         piece_shape = (rows, *shape[1:]) if shape else ()
         if piece_shape != tuple(item.info.shape):
-            self._master_problem(item, f"master `{source.key}` gives it shape {list(piece_shape)}, the config says "
-                                       f"{list(item.info.shape)} (pass tensor-parallel-gathered tensors)")  # fmt: skip
+            self._master_problem(
+                item,
+                f"master `{source.key}` gives it shape {list(piece_shape)}, the config says "
+                f"{list(item.info.shape)} (pass tensor-parallel-gathered tensors)",
+            )
             return None
         self.master_bytes += item.info.numel * _torch_dtype(dtype).itemsize
         return list(item.outputs) if item.quantized else [(name, dtype, piece_shape)]
@@ -159,6 +162,8 @@ class Context:
         """A device bool: does the exported BF16 tensor differ from the master's bytes?"""
         expected = self.master_piece(item).contiguous().reshape(-1).view(torch.uint8)
         actual = self.exported_tensor(item.info.name).contiguous().reshape(-1).view(torch.uint8)
+        if expected.device.type == "cpu":  # no temporary the size of the tensor, and no sync to avoid
+            return torch.tensor(not torch.equal(actual, expected))
         return (actual != expected).any()
 
     # -- references -----------------------------------------------------------------------------------
@@ -260,11 +265,15 @@ def difference(
             a, e = got.reshape(-1), tensor.reshape(-1)
             bad = (a.view(torch.uint8) != e.view(torch.uint8)).reshape(len(a), -1).any(1).nonzero().flatten()
             i = int(bad[0])
-            return name, (f"{bad.numel()} of {a.numel()} elements differ; first at flat index {i}: "
-                          f"exported {a[i].item():.6g} vs master {e[i].item():.6g}")  # fmt: skip
+            return name, (
+                f"{bad.numel()} of {a.numel()} elements differ; first at flat index {i}: "
+                f"exported {a[i].item():.6g} vs master {e[i].item():.6g}"
+            )
         if role >= 2:  # the FP32 global (or input) scale
-            return name, (f"{got.float().reshape(-1)[0].item():.9g} vs expected {tensor.float().reshape(-1)[0].item():.9g} "
-                          f"({_ulps(got, tensor):+d} ulp)")  # fmt: skip
+            return name, (
+                f"{got.float().reshape(-1)[0].item():.9g} vs expected {tensor.float().reshape(-1)[0].item():.9g} "
+                f"({_ulps(got, tensor):+d} ulp)"
+            )
         a = got.contiguous().view(torch.uint8)
         e = tensor.contiguous().view(torch.uint8)
         bad = (a != e).reshape(-1).nonzero().flatten()
@@ -307,8 +316,11 @@ def _with_global(ctx: Context, item: ExportItem, glob: torch.Tensor) -> dict[str
     scale = profiles.block_scale_bytes(block_amax, outer, profile)  # type: ignore[arg-type]
     codes = profiles.encode_blocks(blocks, scale, outer, profile)  # type: ignore[arg-type]
     names = [name for name, _, _ in item.outputs]
-    return {names[0]: pack_fp4(codes.reshape(rows, cols)), names[1]: scale.view(torch.float8_e4m3fn),
-            names[2]: glob.cpu()}  # fmt: skip
+    return {
+        names[0]: pack_fp4(codes.reshape(rows, cols)),
+        names[1]: scale.view(torch.float8_e4m3fn),
+        names[2]: glob.cpu(),
+    }
 
 
 def _scale_cause(ctx: Context, item: ExportItem, actual: Mapping[str, torch.Tensor]) -> str | None:
@@ -320,11 +332,15 @@ def _scale_cause(ctx: Context, item: ExportItem, actual: Mapping[str, torch.Tens
     what = f"{names[2].rsplit('.', 1)[1]} is {abs(ulps)} ulp {'above' if ulps > 0 else 'below'} the reference"
     data_equal = all(_same(actual[n], reference[n]) for n in names[:2])
     if data_equal:
-        return (f"{what} while data and block scales match: the exporter computes the global scale with an "
-                "approximate reciprocal or division (fast math)")  # fmt: skip
+        return (
+            f"{what} while data and block scales match: the exporter computes the global scale with an "
+            "approximate reciprocal or division (fast math)"
+        )
     if _all_same(actual, _with_global(ctx, item, actual[names[2]]), {}):
-        return (f"{what}, and the data is what that scale encodes: the exporter's scale chain uses an "
-                "approximate reciprocal (fast math) instead of round-to-nearest 1/S_enc")  # fmt: skip
+        return (
+            f"{what}, and the data is what that scale encodes: the exporter's scale chain uses an "
+            "approximate reciprocal (fast math) instead of round-to-nearest 1/S_enc"
+        )
     return None
 
 
@@ -347,40 +363,34 @@ def _expert_candidates(ctx: Context, item: ExportItem) -> list[int]:
     expert = item.info.expert
     if expert is None:
         return []
-    step = (
-        ctx.plan.experts_per_rank(ctx.ep_size) if ctx.ep_size > 1 else _present_experts(ctx, item.info.layer)
-    )
-    ids = [
-        e
-        for e in range(ctx.plan.num_experts)
-        if e != expert and _expert_name(item.info.name, e) in ctx.sources
-    ]
+    step = ctx.plan.experts_per_rank(ctx.ep_size) if ctx.ep_size > 1 else _present_experts(ctx, item.info.layer)
+    ids = [e for e in range(ctx.plan.num_experts) if e != expert and _expert_name(item.info.name, e) in ctx.sources]
     return sorted(ids, key=lambda e: (step == 0 or (e - expert) % step != 0, abs(e - expert)))[:16]
 
 
-def _matches_other(
-    ctx: Context, item: ExportItem, other: ExportItem, actual: Mapping[str, torch.Tensor]
-) -> bool:
+def _matches_other(ctx: Context, item: ExportItem, other: ExportItem, actual: Mapping[str, torch.Tensor]) -> bool:
     expected = ctx.reference(other) if other.quantized else {other.info.name: ctx.master_piece(other).cpu()}
-    rename = dict(zip(core_outputs(other), core_outputs(item)))
+    rename = dict(zip(core_outputs(other), core_outputs(item), strict=True))
     return _all_same(actual, expected, rename)
 
 
 def _ep_words(ctx: Context, named: int, holds: int, layer: int | None) -> str:
     if ctx.ep_size > 1:
         per_rank = ctx.plan.experts_per_rank(ctx.ep_size)
-        rank_range = (
-            f"EP rank {ctx.ep_rank} holds experts {ctx.ep_rank * per_rank}-{(ctx.ep_rank + 1) * per_rank - 1}"
-        )
+        rank_range = f"EP rank {ctx.ep_rank} holds experts {ctx.ep_rank * per_rank}-{(ctx.ep_rank + 1) * per_rank - 1}"
         if holds - named == ctx.ep_rank * per_rank:
-            return (f"matches expert {holds} of the master, named expert {named}: EP offset missing? ({rank_range}; "
-                    "global id = ep_rank x experts per rank + local id)")  # fmt: skip
+            return (
+                f"matches expert {holds} of the master, named expert {named}: EP offset missing? ({rank_range}; "
+                "global id = ep_rank x experts per rank + local id)"
+            )
         return f"matches expert {holds} of the master, named expert {named}: expert ids offset wrongly? ({rank_range})"
     local = _present_experts(ctx, layer)
     if local and (holds - named) % local == 0 and named < local:
-        return (f"matches expert {holds} of the master, named expert {named}: EP offset missing? (the export holds "
-                f"{local} experts per layer named 0-{local - 1}: one EP rank's local ids; validate with "
-                "--ep-rank/--ep-size, and have the exporter add ep_rank x experts per rank)")  # fmt: skip
+        return (
+            f"matches expert {holds} of the master, named expert {named}: EP offset missing? (the export holds "
+            f"{local} experts per layer named 0-{local - 1}: one EP rank's local ids; validate with "
+            "--ep-rank/--ep-size, and have the exporter add ep_rank x experts per rank)"
+        )
     return f"matches expert {holds} of the master, named expert {named}: the exporter mislabels experts"
 
 
@@ -388,7 +398,9 @@ def _other_expert_cause(ctx: Context, item: ExportItem, actual: Mapping[str, tor
     for expert in _expert_candidates(ctx, item):
         other = ctx.plan.item(_expert_name(item.info.name, expert))
         if _matches_other(ctx, item, other, actual):
-            return _ep_words(ctx, item.info.expert, expert, item.info.layer)  # type: ignore[arg-type]
+            cause = _ep_words(ctx, item.info.expert, expert, item.info.layer)  # type: ignore[arg-type]
+            ctx.set_cause({n for n, _, _ in other.outputs}, cause)  # e.g. its tensors, missing under their name
+            return cause
     return None
 
 
@@ -408,8 +420,10 @@ def _quantized_cause(ctx: Context, item: ExportItem, actual: Mapping[str, torch.
     grouped = len(members) > 1
     together = fused_members_phrase(members)
     if grouped and _all_same(actual, ctx.reference(item, shared=False), {}):
-        return (f"{together} global scales differ: the exporter quantized {together} separately (each its own "
-                "amax) instead of with one shared amax")  # fmt: skip
+        return (
+            f"{together} global scales differ: the exporter quantized {together} separately (each its own "
+            "amax) instead of with one shared amax"
+        )
     if item.decision.format == "nvfp4":
         for profile in profiles.PROFILES:
             if profile == ctx.plan.profile:
@@ -434,16 +448,17 @@ def _byte_findings(ctx: Context, item: ExportItem, counts: Mapping[str, int], di
         for member in ctx.plan.members(item):
             glob = core_outputs(ctx.plan.item(member))[-1]
             if glob in ctx.exported:
-                values.append(
-                    f"{member.rsplit('.', 2)[-2]} {ctx.exported[glob].float().reshape(-1)[0].item():.9g}"
-                )
-        ctx.add(Finding(names[-1], "shared-scale", f"fused siblings carry different "
-                                                   f"{names[-1].rsplit('.', 1)[1]} ({', '.join(values)})"))  # fmt: skip
+                values.append(f"{member.rsplit('.', 2)[-2]} {ctx.exported[glob].float().reshape(-1)[0].item():.9g}")
+        ctx.add(
+            Finding(
+                names[-1],
+                "shared-scale",
+                f"fused siblings carry different {names[-1].rsplit('.', 1)[1]} ({', '.join(values)})",
+            )
+        )
     if not diagnose:
         parts = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-        ctx.add(
-            Finding(names[0], "bytes", f"differs from the reference ({parts}); not diagnosed (max_diagnosed)")
-        )
+        ctx.add(Finding(names[0], "bytes", f"differs from the reference ({parts}); not diagnosed (max_diagnosed)"))
         return
     actual = ctx.actual(item)
     expected = ctx.reference(item) if item.quantized else {item.info.name: ctx.master_piece(item).cpu()}
@@ -461,22 +476,25 @@ def _input_scale_finding(ctx: Context, item: ExportItem) -> None:
     name = item.outputs[3][0]
     if name not in ctx.exported:
         return
-    expected = ctx.plan.dialect.input_scale(
-        group_input_amax(ctx.plan.members(item), ctx.plan.calibration)
-    ).reshape(ctx.plan.dialect.global_shape)
+    expected = ctx.plan.dialect.input_scale(group_input_amax(ctx.plan.members(item), ctx.plan.calibration)).reshape(
+        ctx.plan.dialect.global_shape
+    )
     actual = ctx.exported[name].cpu()
     if not _same(actual.float(), expected):
-        ctx.add(Finding(name, "input-scale", f"{actual.float().reshape(-1)[0].item():.9g}, expected "
-                                             f"{expected.float().reshape(-1)[0].item():.9g}"))  # fmt: skip
+        ctx.add(
+            Finding(
+                name,
+                "input-scale",
+                f"{actual.float().reshape(-1)[0].item():.9g}, expected {expected.float().reshape(-1)[0].item():.9g}",
+            )
+        )
 
 
 # -- structure and extras -----------------------------------------------------------------------------
 
 
 def _found_format(ctx: Context, module: str) -> str:
-    kinds = {
-        name.rsplit(".", 1)[1]: tensor_meta(ctx.exported, name)[0] for name in ctx.module_outputs(module)
-    }
+    kinds = {name.rsplit(".", 1)[1]: tensor_meta(ctx.exported, name)[0] for name in ctx.module_outputs(module)}
     weight = kinds.get("weight")
     if "weight_packed" in kinds or weight == "U8":
         return "nvfp4"
@@ -491,10 +509,15 @@ def _structure_cause(ctx: Context, item: ExportItem) -> str:
     if found in (expected, "absent"):
         return ""
     if expected == "bf16":
-        return (f"the contract keeps it BF16 ({item.decision.reason}), but the export quantized it to {found}: "
-                "the exporter ignores this BF16 exception")  # fmt: skip
+        return (
+            f"the contract keeps it BF16 ({item.decision.reason}), but the export quantized it to {found}: "
+            "the exporter ignores this BF16 exception"
+        )
     if found == "bf16":
-        return f"the contract gives it {expected} ({item.decision.reason}), but the export sent BF16: the exporter skipped it"
+        return (
+            f"the contract gives it {expected} ({item.decision.reason}), but the export sent BF16: "
+            "the exporter skipped it"
+        )
     return f"the contract gives it {expected} ({item.decision.reason}), but the export sent {found}"
 
 
@@ -509,20 +532,26 @@ def _extra_finding(ctx: Context, name: str) -> Finding:
     input_suffix = ctx.plan.dialect.suffixes.get("nvfp4", {}).get("input")
     if input_suffix and name.endswith("." + input_suffix) and owner.quantized:
         if not ctx.plan.dialect.writes_input_scale(owner):
-            why = (f"the contract forbids it: activations are scaled per token (per_token_activations: true), "
-                   f"and dialect {ctx.plan.dialect.name} stores no {input_suffix}")  # fmt: skip
+            why = (
+                f"the contract forbids it: activations are scaled per token (per_token_activations: true), "
+                f"and dialect {ctx.plan.dialect.name} stores no {input_suffix}"
+            )
         else:
-            why = ("live updates never re-send input_scale: the engine keeps the activation scale loaded with the "
-                   "converted checkpoint (pass include_input_scale=True if this exporter is meant to send it)")  # fmt: skip
+            why = (
+                "live updates never re-send input_scale: the engine keeps the activation scale loaded with the "
+                "converted checkpoint (pass include_input_scale=True if this exporter is meant to send it)"
+            )
         return Finding(name, "input-scale", f"the update carries {input_suffix}", why)
     if not ctx.plan.on_rank(owner, ctx.ep_rank, ctx.ep_size):
         per_rank = ctx.plan.experts_per_rank(ctx.ep_size)
         rank = owner.info.expert // per_rank  # type: ignore[operator]
-        return Finding(name, "extra", f"expert {owner.info.expert} belongs to EP rank {rank}, not rank {ctx.ep_rank} "
-                                      f"(experts {ctx.ep_rank * per_rank}-{(ctx.ep_rank + 1) * per_rank - 1})")  # fmt: skip
-    return Finding(
-        name, "extra", f"not an output of `{owner.info.name}` under the contract ({owner.decision.reason})"
-    )
+        return Finding(
+            name,
+            "extra",
+            f"expert {owner.info.expert} belongs to EP rank {rank}, not rank {ctx.ep_rank} "
+            f"(experts {ctx.ep_rank * per_rank}-{(ctx.ep_rank + 1) * per_rank - 1})",
+        )
+    return Finding(name, "extra", f"not an output of `{owner.info.name}` under the contract ({owner.decision.reason})")
 
 
 def _ep_extra_cause(ctx: Context, owner: ExportItem) -> str:
@@ -531,11 +560,7 @@ def _ep_extra_cause(ctx: Context, owner: ExportItem) -> str:
     per_rank = ctx.plan.experts_per_rank(ctx.ep_size)
     holds = ctx.ep_rank * per_rank + owner.info.expert % per_rank  # type: ignore[operator]
     other = ctx.plan.items.get(_expert_name(owner.info.name, holds))
-    if (
-        other is None
-        or other.info.name not in ctx.sources
-        or not all(n in ctx.exported for n in core_outputs(owner))
-    ):
+    if other is None or other.info.name not in ctx.sources or not all(n in ctx.exported for n in core_outputs(owner)):
         return ""
     if not _matches_other(ctx, owner, other, ctx.actual(owner)):
         return ""

@@ -48,7 +48,7 @@ def encode_group(
         encoded = quantize_members(items, tensors, **kwargs)  # type: ignore[arg-type]
     else:
         encoded = {}
-        for item, x in zip(items, tensors):
+        for item, x in zip(items, tensors, strict=True):
             encoded.update(quantize_members([item], [x], **kwargs))  # type: ignore[arg-type]
     for item in items:
         for name, _, _ in item.outputs:

@@ -94,9 +94,13 @@ def export_hf(
         ...     engine.update_weight(name, tensor)
     """
     plan = export_plan(
-        contract=contract, config=config, dialect=dialect, family=family,
-        include_input_scale=include_input_scale, calibration=calibration,
-    )  # fmt: skip
+        contract=contract,
+        config=config,
+        dialect=dialect,
+        family=family,
+        include_input_scale=include_input_scale,
+        calibration=calibration,
+    )
     plan.experts_per_rank(ep_size)  # a bad EP size fails before the first tensor is read
     params = named_params.items() if isinstance(named_params, Mapping) else named_params
     waiting: dict[str, dict[str, torch.Tensor]] = {}  # groups spread over Megatron tensors

@@ -101,14 +101,14 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: Expert
             for i in target.members
             if not _is_shared_copy(i)
         }
-        [(name, tensor)] = hf_to_megatron(
-            meta, inventory.family, inventory.config, expert_layout=layout
-        ).items()
+        [(name, tensor)] = hf_to_megatron(meta, inventory.family, inventory.config, expert_layout=layout).items()
         target.name, target.dtype, target.shape = name, dtype_name(tensor.dtype), tuple(tensor.shape)
         target.file = source.tensor_file[target.members[0].name]
     files = [f for f in source.shards if any(t.file == f for t in targets)]
-    names = {f: "model.safetensors" if len(files) == 1 else f"model-{n + 1:05d}-of-{len(files):05d}.safetensors"
-             for n, f in enumerate(files)}  # fmt: skip
+    names = {
+        f: "model.safetensors" if len(files) == 1 else f"model-{n + 1:05d}-of-{len(files):05d}.safetensors"
+        for n, f in enumerate(files)
+    }
     for target in targets:
         target.file = names[target.file]
     return targets
@@ -118,14 +118,14 @@ def _staging(source: Path, destination: Path, overwrite: bool) -> Path:
     """``DST.partial/``, empty; refuses a destination that overlaps the source or exists."""
     src, dst = source.resolve(), destination.resolve()
     if dst == src or src in dst.parents or dst in src.parents:
-        raise ConversionError(f"destination {destination} overlaps the source {source}",
-                              hint="write the Megatron checkpoint to a separate folder")  # fmt: skip
+        raise ConversionError(
+            f"destination {destination} overlaps the source {source}",
+            hint="write the Megatron checkpoint to a separate folder",
+        )
     staging = destination.with_name(destination.name + ".partial")
     for path in (destination, staging):
         if path.exists() and not overwrite:
-            raise ConversionError(
-                f"{path} already exists", hint="pass --overwrite to replace it", file=str(path)
-            )
+            raise ConversionError(f"{path} already exists", hint="pass --overwrite to replace it", file=str(path))
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     return staging
@@ -135,19 +135,27 @@ def _precision_files(contract: Contract, inventory: ModelInventory) -> tuple[dic
     texts: dict[str, str] = {}
     notes: list[str] = []
     for target, file_name in PRECISION_FILES.items():
-        emitted = emit(
-            contract, target, num_layers=inventory.num_layers, num_mtp_layers=inventory.num_mtp_layers
-        )  # type: ignore[arg-type]
+        emitted = emit(contract, target, num_layers=inventory.num_layers, num_mtp_layers=inventory.num_mtp_layers)  # type: ignore[arg-type]
         texts[file_name] = emitted.text
         notes += [f"{file_name}: {note}" for note in emitted.notes]
     return texts, notes
 
 
-def _write_shard(path: Path, targets: list[_Target], source: SourceCheckpoint, inventory: ModelInventory,
-                 layout: ExpertLayout, files: dict[str, SafetensorsFile], hook: ProgressHook) -> dict[str, str]:  # fmt: skip
+def _write_shard(
+    path: Path,
+    targets: list[_Target],
+    source: SourceCheckpoint,
+    inventory: ModelInventory,
+    layout: ExpertLayout,
+    files: dict[str, SafetensorsFile],
+    hook: ProgressHook,
+) -> dict[str, str]:
     tmp = path.with_name(path.name + ".tmp")
-    writer = StreamingWriter(tmp, [(t.name, t.dtype, t.shape) for t in targets],
-                             metadata={"format": "pt", "producer": f"fp4convert {__version__}"})  # fmt: skip
+    writer = StreamingWriter(
+        tmp,
+        [(t.name, t.dtype, t.shape) for t in targets],
+        metadata={"format": "pt", "producer": f"fp4convert {__version__}"},
+    )
     try:
         for target in targets:
             pieces = {}
@@ -234,23 +242,41 @@ def import_hf(
             handle.close()
     total = sum((staging / f).stat().st_size for f in by_file)
     if len(by_file) > 1:
-        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total},
-                                                 "weight_map": {t.name: t.file for t in targets}})  # fmt: skip
+        write_json_atomic(
+            staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": {t.name: t.file for t in targets}}
+        )
     shutil.copy2(ckpt.root / "config.json", staging / "config.json")
     for name in ckpt.other_files:
         shutil.copy2(ckpt.root / name, staging / name)
     for name, text in texts.items():
         (staging / name).write_text(text)
-    write_json_atomic(staging / MANIFEST_NAME, {
-        "producer": {"name": "fp4convert", "version": __version__},
-        "family": inventory.family,
-        "expert_layout": layout.value,
-        "source": {"location": str(source), "revision": revision, "config_sha256": file_sha256(ckpt.root / "config.json")},
-        "contract": None if the_contract is None else {"name": the_contract.name, "sha256": contract_hash(the_contract)},
-        "precision_files": sorted(texts),
-        "tensors": {t.name: {"file": t.file, "dtype": t.dtype, "shape": list(t.shape), "sha256": sha[t.name],
-                             "hf": [i.name for i in t.members]} for t in targets},
-    })  # fmt: skip
+    write_json_atomic(
+        staging / MANIFEST_NAME,
+        {
+            "producer": {"name": "fp4convert", "version": __version__},
+            "family": inventory.family,
+            "expert_layout": layout.value,
+            "source": {
+                "location": str(source),
+                "revision": revision,
+                "config_sha256": file_sha256(ckpt.root / "config.json"),
+            },
+            "contract": None
+            if the_contract is None
+            else {"name": the_contract.name, "sha256": contract_hash(the_contract)},
+            "precision_files": sorted(texts),
+            "tensors": {
+                t.name: {
+                    "file": t.file,
+                    "dtype": t.dtype,
+                    "shape": list(t.shape),
+                    "sha256": sha[t.name],
+                    "hf": [i.name for i in t.members],
+                }
+                for t in targets
+            },
+        },
+    )
     _publish(staging, Path(destination))
     hook("done", {})
     return ImportReport(

@@ -148,8 +148,9 @@ def _refusals(plan: ExportPlan) -> list[str]:
     nvfp4 = [i for i in items if i.quantized and i.decision.format == "nvfp4"]
     per_token = plan.contract.formats.nvfp4.per_token_activations
     if plan.include_input_scale and nvfp4 and not per_token:
-        missing = [i.module for i in nvfp4 if plan.dialect.writes_input_scale(i)
-                   and i.module not in (plan.calibration or {})]  # fmt: skip
+        missing = [
+            i.module for i in nvfp4 if plan.dialect.writes_input_scale(i) and i.module not in (plan.calibration or {})
+        ]
         if missing:
             problems.append(
                 f"input scales are to be sent, but contract {plan.contract.name!r} quantizes NVFP4 "
@@ -183,8 +184,7 @@ def _build(
         outputs = tuple(
             spec
             for spec in dialect.layout(planned)
-            if include_input_scale
-            or not (input_suffix and planned.quantized and spec[0].endswith("." + input_suffix))
+            if include_input_scale or not (input_suffix and planned.quantized and spec[0].endswith("." + input_suffix))
         )
         items[info.name] = ExportItem(info, decisions[info.name], outputs=outputs)
     groups: dict[str, list[str]] = {}
@@ -253,9 +253,7 @@ def export_plan(
     the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
     the_config = dict(config) if isinstance(config, Mapping) else load_config(config)
     per_token = the_contract.formats.nvfp4.per_token_activations
-    the_dialect = (
-        get_dialect(dialect, per_token_activations=per_token) if isinstance(dialect, str) else dialect
-    )
+    the_dialect = get_dialect(dialect, per_token_activations=per_token) if isinstance(dialect, str) else dialect
     key = (
         contract_hash(the_contract),
         family,

@@ -109,18 +109,16 @@ class ExportReport:
                 yield name, finding.check, finding
 
     def counts(self) -> dict[str, int]:
-        """``expected``, ``ok``, ``failed`` and one count per failed check (tensors, first check each)."""
+        """``expected``, ``received``, ``ok``, ``failed`` and, per check, the tensors it failed first."""
         failed = self.failed()
-        expected = set(self.expected)
         by_check = Counter(f.check for f in failed.values())
         counts = {
             "expected": len(self.expected),
             "received": self.received,
             "ok": sum(1 for name in self.expected if name not in failed),
             "failed": len(failed),
-            "extra": sum(1 for name in failed if name not in expected),
         }
-        counts.update({check: by_check[check] for check in CHECKS if by_check[check] and check != "extra"})
+        counts.update({check: by_check[check] for check in CHECKS if by_check[check]})
         return counts
 
     def causes(self) -> dict[str, int]:
@@ -133,8 +131,10 @@ class ExportReport:
         speed = f"{self.master_bytes / 1e9:.3g} GB of master in {self.seconds:.3g} s"
         if self.ok:
             formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(self.formats.items()))
-            return f"OK: all {counts['expected']} exported tensors follow contract {self.contract} ({formats}); {speed}"
-        checks = ", ".join(f"{c} {counts[c]}" for c in ("extra", *CHECKS) if counts.get(c))
+            return (
+                f"OK: all {counts['expected']} exported tensors follow contract {self.contract} ({formats}); {speed}"
+            )
+        checks = ", ".join(f"{c} {counts[c]}" for c in CHECKS if counts.get(c))
         return f"FAILED: {counts['failed']} tensors fail ({checks}) of {counts['expected']} expected; {speed}"
 
     def to_json(self, *, per_tensor: bool = True) -> dict[str, Any]:

@@ -157,9 +157,7 @@ def piece_sources(
             found[key] = PieceSource(key)
             continue
         rows = shape[0] if shape else 1
-        pieces = megatron_to_hf(
-            {key: torch.arange(rows)}, plan.family, plan.config, ep_rank=ep_rank, ep_size=ep_size
-        )
+        pieces = megatron_to_hf({key: torch.arange(rows)}, plan.family, plan.config, ep_rank=ep_rank, ep_size=ep_size)
         for name, index in pieces.items():
             found[name] = PieceSource(key, _as_rows(index, rows))
     return found

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.safetensors_io import DTYPES, dtype_name
+from fp4convert.dialects import OutputSpec
 from fp4convert.errors import ConversionError
 from fp4convert.formats import kernels
 from fp4convert.formats.nvfp4 import NVFP4Tensor, _tile_amax
@@ -45,30 +47,60 @@ _MXFP8_COLUMNS = ("data", "scale")
 
 
 @dataclass
-class _Batch:
-    """Tensors of one layer, format and width, quantized together; their mismatch counts."""
+class _Layout:
+    """One batch: tensors of one layer, format and width, quantized together. Everything about it
+    that does not change between syncs is kept: names, master rows, and device index tensors."""
 
     fmt: str
     items: list[ExportItem]
-    counts: torch.Tensor | None = None  # (items, columns) int64, on the device
+    units: list[str]  # shared-amax unit of each item
+    outputs: list[list[str]]  # per output role (data, scale[, global]), the items' names
+    rows: list[int]
+    index: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # device -> tensors
+
+    def on(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(row_unit, row_item, item_unit, unit_first, units) index tensors on ``device``."""
+        key = str(device)
+        if key not in self.index:
+            ids: dict[str, int] = {}
+            item_unit = [ids.setdefault(u, len(ids)) for u in self.units]
+            first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
+            counts = torch.tensor(self.rows)
+            self.index[key] = (
+                torch.repeat_interleave(torch.tensor(item_unit), counts).to(device),
+                torch.repeat_interleave(torch.arange(len(self.items)), counts).to(device),
+                torch.tensor(item_unit).to(device),
+                torch.tensor([first[u] for u in range(len(ids))]).to(device),
+                torch.tensor(len(ids)),
+            )
+        return self.index[key]
+
+
+#: one step of the byte check: a BF16 item compared as is, or a batch
+_Step = tuple[str, ExportItem | _Layout]
 
 
 @dataclass
-class _Layout:
-    """Device index tensors of one batch, kept across syncs (the batch is the same every time)."""
+class _Compiled:
+    """What one master layout fixes: where each HF tensor is, what the export must hold, batches."""
 
-    row_unit: torch.Tensor
-    row_item: torch.Tensor
-    item_unit: torch.Tensor
-    unit_first: torch.Tensor
-    units: int
-    rows: list[int] = field(default_factory=list)
+    sources: dict[str, PieceSource]
+    outputs: dict[str, list[OutputSpec]]  # item name -> expected outputs (BF16: the master's dtype)
+    problems: list[Finding]  # items the master cannot provide
+    expected_names: dict[str, ExportItem]
+    master_bytes: int
+    checks: list[tuple[str, torch.dtype, tuple[int, ...], ExportItem]]
+    steps: list[list[_Step]] | None = None  # per layer, when every item is fit (the usual case)
 
 
 def _device_of(master: Mapping[str, torch.Tensor]) -> torch.device:
     if isinstance(master, SafetensorsFolder) or not master:
         return torch.device("cpu")
     return next(iter(master.values())).device
+
+
+def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return tensor if tensor.device == device else tensor.to(device)
 
 
 class ExportValidator:
@@ -89,7 +121,8 @@ class ExportValidator:
 
     Example:
         >>> validator = ExportValidator(contract="nvfp4-experts-per-token", config=config)  # doctest: +SKIP
-        >>> validator(dict(export_hf(params, ...)), dict(model.named_parameters())).raise_if_failed()  # doctest: +SKIP
+        >>> report = validator(dict(export_hf(params, ...)), dict(model.named_parameters()))  # doctest: +SKIP
+        >>> report.raise_if_failed()  # doctest: +SKIP
     """
 
     def __init__(
@@ -108,217 +141,223 @@ class ExportValidator:
         max_diagnosed: int = 64,
     ) -> None:
         self.plan = export_plan(
-            contract=contract, config=config, dialect=dialect, family=family,
-            include_input_scale=include_input_scale, calibration=calibration,
-        )  # fmt: skip
+            contract=contract,
+            config=config,
+            dialect=dialect,
+            family=family,
+            include_input_scale=include_input_scale,
+            calibration=calibration,
+        )
         self.ep_rank, self.ep_size = ep_rank, ep_size
         self.items = self.plan.expected(ep_rank, ep_size)
         self.plan.experts_per_rank(ep_size)
         self.device = None if device is None else torch.device(device)
         self.max_batch_bytes = max_batch_bytes
         self.max_diagnosed = max_diagnosed
-        self._sources: tuple[Any, dict[str, PieceSource]] = (None, {})
-        self._layouts: dict[tuple[str, ...], _Layout] = {}
+        self._compiled: tuple[Any, _Compiled | None] = (None, None)
         self._rows_on: dict[tuple[str, str], torch.Tensor] = {}
 
-    # -- the master ---------------------------------------------------------------------------------
+    # -- what a master layout fixes ------------------------------------------------------------------
 
-    def _piece_sources(self, master: Mapping[str, torch.Tensor]) -> dict[str, PieceSource]:
-        shapes = {key: tensor_meta(master, key)[1] for key in master}
-        signature = tuple((key, shape[:1]) for key, shape in shapes.items())
-        if self._sources[0] != signature:  # computed once for a master layout, then reused
-            self._sources = (
-                signature,
-                piece_sources(shapes, self.plan, ep_rank=self.ep_rank, ep_size=self.ep_size),
-            )
-        return self._sources[1]
-
-    # -- structure ----------------------------------------------------------------------------------
-
-    def _structure(self, ctx: Context) -> list[ExportItem]:
-        """Presence, dtype and shape of every expected tensor; returns the items fit for byte checks."""
-        fit: list[ExportItem] = []
+    def _compile(self, master: Mapping[str, torch.Tensor]) -> _Compiled:
+        shapes = {key: tensor_meta(master, key) for key in master}
+        signature = tuple(shapes.items())
+        if self._compiled[0] == signature and self._compiled[1] is not None:
+            return self._compiled[1]  # the same master layout as last sync: nothing to redo
+        sources = piece_sources(
+            {k: s for k, (_, s) in shapes.items()}, self.plan, ep_rank=self.ep_rank, ep_size=self.ep_size
+        )
+        scratch = ExportReport("", "", 0, 1, [], 0, {})
+        ctx = Context(self.plan, {}, master, sources, torch.device("cpu"), scratch, self.ep_rank, self.ep_size, {})
+        outputs: dict[str, list[OutputSpec]] = {}
         for item in self.items:
-            outputs = ctx.expected_outputs(item)
-            if outputs is None:
-                continue  # the master lacks it: reported by expected_outputs
-            ok = True
-            for name, dtype, shape in outputs:
-                if name not in ctx.exported:
-                    ctx.add(Finding(name, "missing", "not in the export (no update bucket holds it)"))
-                    ok = False
-                    continue
-                got_dtype, got_shape = tensor_meta(ctx.exported, name)
-                if got_dtype != dtype:
-                    ctx.add(
-                        Finding(
-                            name, "dtype", f"{got_dtype} {list(got_shape)}, expected {dtype} {list(shape)}"
-                        )
-                    )
-                    ok = False
-                elif tuple(got_shape) != tuple(shape) and not (shape == () and got_shape in ((), (1,))):
-                    ctx.add(Finding(name, "shape", f"{list(got_shape)}, expected {list(shape)}"))
-                    ok = False
-            if ok:
-                fit.append(item)
-            else:
-                ctx.structure_failed.append(item)
-        return fit
-
-    def _extras(self, ctx: Context) -> None:
-        for name, files in getattr(ctx.exported, "duplicates", {}).items():
-            ctx.add(Finding(name, "duplicate", f"sent in more than one update bucket ({', '.join(files)})"))
-        for name in ctx.exported:
-            if name not in ctx.expected_names:
-                ctx.extras.append(name)
-
-    # -- the batched byte comparison -----------------------------------------------------------------
+            found = ctx.expected_outputs(item)
+            if found is not None:
+                outputs[item.info.name] = found
+        checks = [
+            (name, DTYPES[dtype], tuple(shape), item)
+            for item in self.items
+            for name, dtype, shape in outputs.get(item.info.name, ())
+        ]
+        compiled = _Compiled(sources, outputs, list(scratch.findings), ctx.expected_names, ctx.master_bytes, checks)
+        compiled.steps = self._steps([self.plan.items[n] for n in outputs], complete=None)
+        self._compiled = (signature, compiled)
+        return compiled
 
     def _unit(self, item: ExportItem) -> str:
         group = item.decision.fused_group
         return group if group is not None and group in self.plan.groups else item.info.name
 
-    def _batches(self, items: list[ExportItem], complete: set[str]) -> Iterator[list[ExportItem]]:
-        """Items of one layer split by (format, width, tile), whole units at a time, size-capped."""
-        keyed: OrderedDict[tuple[Any, ...], OrderedDict[str, list[ExportItem]]] = OrderedDict()
+    def _steps(self, items: list[ExportItem], complete: set[str] | None) -> list[list[_Step]]:
+        """Per layer: BF16 items one by one, quantized ones in batches of one (format, width, tile),
+        whole shared-amax units at a time, size-capped. ``complete``: units allowed in batches."""
+        layers: OrderedDict[int | None, list[ExportItem]] = OrderedDict()
         for item in items:
-            unit = self._unit(item)
-            if unit not in complete:
-                continue
-            key = (item.decision.format, item.info.shape[-1], getattr(item.decision.recipe, "tile", ""))
-            keyed.setdefault(key, OrderedDict()).setdefault(unit, []).append(item)
-        for units in keyed.values():
-            batch: list[ExportItem] = []
-            size = 0
-            for members in units.values():
-                nbytes = sum(m.info.numel * 2 for m in members)
-                if batch and size + nbytes > self.max_batch_bytes:
-                    yield batch
-                    batch, size = [], 0
-                batch += members
-                size += nbytes
-            if batch:
-                yield batch
+            layers.setdefault(item.info.layer, []).append(item)
+        steps: list[list[_Step]] = []
+        for members in layers.values():
+            layer: list[_Step] = [("bf16", item) for item in members if not item.quantized]
+            keyed: OrderedDict[tuple[Any, ...], OrderedDict[str, list[ExportItem]]] = OrderedDict()
+            for item in members:
+                unit = self._unit(item)
+                if item.quantized and (complete is None or unit in complete):
+                    key = (item.decision.format, item.info.shape[-1], getattr(item.decision.recipe, "tile", ""))
+                    keyed.setdefault(key, OrderedDict()).setdefault(unit, []).append(item)
+            for units in keyed.values():
+                batch: list[ExportItem] = []
+                size = 0
+                for group in units.values():
+                    nbytes = sum(m.info.numel * 2 for m in group)
+                    if batch and size + nbytes > self.max_batch_bytes:
+                        layer.append((batch[0].decision.format, self._layout(batch)))
+                        batch, size = [], 0
+                    batch += group
+                    size += nbytes
+                if batch:
+                    layer.append((batch[0].decision.format, self._layout(batch)))
+            steps.append(layer)
+        return steps
 
-    def _layout(self, batch: list[ExportItem], rows: list[int], device: torch.device) -> _Layout:
-        key = (str(device), *(item.info.name for item in batch))
-        layout = self._layouts.get(key)
-        if layout is None:
-            units: dict[str, int] = {}
-            item_unit = [units.setdefault(self._unit(item), len(units)) for item in batch]
-            first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
-            counts = torch.tensor(rows)
-            layout = _Layout(
-                row_unit=torch.repeat_interleave(torch.tensor(item_unit), counts).to(device),
-                row_item=torch.repeat_interleave(torch.arange(len(batch)), counts).to(device),
-                item_unit=torch.tensor(item_unit, device=device),
-                unit_first=torch.tensor([first[u] for u in range(len(units))], device=device),
-                units=len(units),
-                rows=rows,
-            )
-            self._layouts[key] = layout
-        return layout
+    def _layout(self, batch: list[ExportItem]) -> _Layout:
+        roles = 3 if batch[0].decision.format == "nvfp4" else 2
+        return _Layout(
+            fmt=batch[0].decision.format,
+            items=batch,
+            units=[self._unit(item) for item in batch],
+            outputs=[[item.outputs[role][0] for item in batch] for role in range(roles)],
+            rows=[item.info.shape[0] for item in batch],
+        )
+
+    # -- structure ----------------------------------------------------------------------------------
+
+    def _structure(self, ctx: Context, compiled: _Compiled) -> set[str]:
+        """Presence, dtype and shape of every expected tensor; returns the items that failed."""
+        broken: set[str] = set()
+        exported = ctx.exported
+        if hasattr(exported, "meta"):  # files: read headers, never tensors
+            meta = exported.meta  # type: ignore[attr-defined]
+            for name, dtype, shape, item in compiled.checks:
+                if name not in exported or meta(name) != (dtype_name(dtype), shape):
+                    self._structure_finding(ctx, name, dtype, shape)
+                    broken.add(item.info.name)
+        else:
+            get = exported.get
+            for name, dtype, shape, item in compiled.checks:
+                tensor = get(name)
+                if tensor is None or tensor.dtype != dtype or tensor.shape != shape:
+                    self._structure_finding(ctx, name, dtype, shape)
+                    broken.add(item.info.name)
+        ctx.structure_failed = [self.plan.items[n] for n in compiled.outputs if n in broken]
+        return broken
 
     @staticmethod
-    def _bad_rows(layout: _Layout, items: int, actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    def _structure_finding(ctx: Context, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+        if name not in ctx.exported:
+            ctx.add(Finding(name, "missing", "not in the export (no update bucket holds it)"))
+            return
+        got_dtype, got_shape = tensor_meta(ctx.exported, name)
+        expected = f"expected {dtype_name(dtype)} {list(shape)}"
+        if got_dtype != dtype_name(dtype):
+            ctx.add(Finding(name, "dtype", f"{got_dtype} {list(got_shape)}, {expected}"))
+        else:
+            ctx.add(Finding(name, "shape", f"{list(got_shape)}, {expected}"))
+
+    def _extras(self, ctx: Context) -> None:
+        for name, files in getattr(ctx.exported, "duplicates", {}).items():
+            ctx.add(Finding(name, "duplicate", f"sent in more than one update bucket ({', '.join(files)})"))
+        expected = ctx.expected_names
+        ctx.extras = [name for name in ctx.exported if name not in expected]
+
+    # -- the batched byte comparison -----------------------------------------------------------------
+
+    @staticmethod
+    def _bad_rows(row_item: torch.Tensor, items: int, actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
         bad = (actual.reshape(expected.shape) != expected).any(dim=1).long()
-        return torch.zeros(items, dtype=torch.int64, device=expected.device).index_add_(
-            0, layout.row_item, bad
-        )
+        return torch.zeros(items, dtype=torch.int64, device=expected.device).index_add_(0, row_item, bad)
 
-    def _nvfp4(self, ctx: Context, batch: list[ExportItem]) -> torch.Tensor:
-        xs = [ctx.master_piece(item) for item in batch]
+    def _inputs(self, ctx: Context, layout: _Layout) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
+        """The batch's master rows concatenated, and the exported tensors of each output role."""
+        xs = [ctx.master_piece(item) for item in layout.items]
         x = xs[0] if len(xs) == 1 else torch.cat(xs)
-        layout = self._layout(batch, [t.shape[0] for t in xs], x.device)
+        get, device = ctx.exported.__getitem__, ctx.device
+        return x, [[_on(get(name), device) for name in names] for names in layout.outputs]
+
+    def _nvfp4(self, ctx: Context, layout: _Layout) -> torch.Tensor:
+        x, (data_out, scale_out, global_out) = self._inputs(ctx, layout)
+        row_unit, row_item, item_unit, unit_first, units = layout.on(x.device)
         row_amax = kernels.row_amax(x)
-        unit_amax = torch.zeros(layout.units, dtype=torch.float32, device=x.device).scatter_reduce_(
-            0, layout.row_unit, row_amax, "amax", include_self=False
+        unit_amax = torch.zeros(int(units), dtype=torch.float32, device=x.device).scatter_reduce_(
+            0, row_unit, row_amax, "amax", include_self=False
         )
-        tile = getattr(batch[0].decision.recipe, "tile", "1x16")
+        tile = getattr(layout.items[0].decision.recipe, "tile", "1x16")
         block_amax = _tile_amax(x) if tile == "16x16" else None
-        data, scale = kernels.nvfp4_matrix(x, unit_amax[layout.row_unit], self.plan.profile, block_amax)  # type: ignore[arg-type]
+        data, scale = kernels.nvfp4_matrix(x, unit_amax[row_unit], self.plan.profile, block_amax)  # type: ignore[arg-type]
         # Dialect global scales are elementwise in the amax: one call for every unit of the batch.
-        amaxes = NVFP4Tensor((layout.units,), x.dtype, tile, "tensor", self.plan.profile, unit_amax)
-        expected_global = self.plan.dialect.global_scale(amaxes).float()[layout.item_unit]
-        names = [[name for name, _, _ in item.outputs] for item in batch]
-        act_data = torch.cat([ctx.exported_tensor(n[0]) for n in names])
-        act_scale = torch.cat([ctx.exported_tensor(n[1]).view(torch.uint8) for n in names])
-        act_global = torch.cat([ctx.exported_tensor(n[2]).reshape(1) for n in names]).view(torch.int32)
-        global_bad = act_global != expected_global.view(torch.int32)
-        shared_bad = act_global != act_global[layout.unit_first[layout.item_unit]]
+        amaxes = NVFP4Tensor((int(units),), x.dtype, tile, "tensor", self.plan.profile, unit_amax)
+        expected_global = self.plan.dialect.global_scale(amaxes).float()[item_unit].view(torch.int32)
+        act_global = torch.stack(global_out).reshape(-1).view(torch.int32)
+        act_scale = torch.cat(scale_out).view(torch.uint8)
+        n = len(layout.items)
         return torch.stack(
             [
-                self._bad_rows(layout, len(batch), act_data, data),
-                self._bad_rows(layout, len(batch), act_scale, scale),
-                global_bad.long(),
-                shared_bad.long(),
+                self._bad_rows(row_item, n, torch.cat(data_out), data),
+                self._bad_rows(row_item, n, act_scale, scale),
+                (act_global != expected_global).long(),
+                (act_global != act_global[unit_first[item_unit]]).long(),
             ],
             dim=1,
         )
 
-    def _mxfp8(self, ctx: Context, batch: list[ExportItem]) -> torch.Tensor:
-        xs = [ctx.master_piece(item) for item in batch]
-        x = xs[0] if len(xs) == 1 else torch.cat(xs)
-        layout = self._layout(batch, [t.shape[0] for t in xs], x.device)
+    def _mxfp8(self, ctx: Context, layout: _Layout) -> torch.Tensor:
+        x, (data_out, scale_out) = self._inputs(ctx, layout)
+        _, row_item, _, _, _ = layout.on(x.device)
         data, scale = kernels.mxfp8_matrix(x)
-        names = [[name for name, _, _ in item.outputs] for item in batch]
-        act_data = torch.cat([ctx.exported_tensor(n[0]).view(torch.uint8) for n in names])
-        act_scale = torch.cat([ctx.exported_tensor(n[1]) for n in names])
+        n = len(layout.items)
+        act_data = torch.cat(data_out).view(torch.uint8)
         return torch.stack(
-            [
-                self._bad_rows(layout, len(batch), act_data, data),
-                self._bad_rows(layout, len(batch), act_scale, scale),
-            ],
+            [self._bad_rows(row_item, n, act_data, data), self._bad_rows(row_item, n, torch.cat(scale_out), scale)],
             dim=1,
         )
 
-    def _compare(self, ctx: Context, fit: list[ExportItem]) -> list[tuple[ExportItem, dict[str, int]]]:
+    def _compare(self, ctx: Context, compiled: _Compiled, broken: set[str]) -> list[tuple[ExportItem, dict[str, int]]]:
         """Byte checks of every structurally fit item; returns the failing ones with their counts."""
-        unit_members: dict[str, int] = {}
-        for item in self.items:
-            unit_members[self._unit(item)] = unit_members.get(self._unit(item), 0) + 1
-        fit_units: dict[str, int] = {}
-        for item in fit:
-            fit_units[self._unit(item)] = fit_units.get(self._unit(item), 0) + 1
-        # A group with a broken member cannot be batched (its shared amax needs every member's
-        # master rows): its fit members are checked one by one on the slow path instead.
-        complete = {u for u, n in fit_units.items() if n == unit_members[u]}
-        layers: OrderedDict[int | None, list[ExportItem]] = OrderedDict()
-        for item in fit:
-            layers.setdefault(item.info.layer, []).append(item)
-        results: list[tuple[list[ExportItem], torch.Tensor, tuple[str, ...]]] = []
         slow: list[ExportItem] = []
-        for items in layers.values():
+        steps = compiled.steps
+        if broken or steps is None:
+            # A group with a broken member cannot be batched (its shared amax needs every member's
+            # master rows): its fit members are checked one by one on the slow path instead.
+            bad_units = {self._unit(self.plan.items[n]) for n in broken}
+            fit = [self.plan.items[n] for n in compiled.outputs if n not in broken]
+            slow = [i for i in fit if i.quantized and self._unit(i) in bad_units]
+            complete = {self._unit(i) for i in fit} - bad_units
+            steps = self._steps(fit, complete)
+        results: list[tuple[list[ExportItem], torch.Tensor, tuple[str, ...]]] = []
+        for layer in steps:
             ctx.begin_chunk()
-            for item in items:
-                if not item.quantized:
-                    results.append(([item], ctx.bf16_mismatch(item).reshape(1, 1).long(), ("data",)))
-                elif self._unit(item) not in complete:
-                    slow.append(item)
-            for batch in self._batches([i for i in items if i.quantized], complete):
-                if batch[0].decision.format == "nvfp4":
-                    results.append((batch, self._nvfp4(ctx, batch), _NVFP4_COLUMNS))
+            for kind, payload in layer:
+                if isinstance(payload, _Layout):
+                    counts = self._nvfp4(ctx, payload) if kind == "nvfp4" else self._mxfp8(ctx, payload)
+                    results.append((payload.items, counts, _NVFP4_COLUMNS if kind == "nvfp4" else _MXFP8_COLUMNS))
                 else:
-                    results.append((batch, self._mxfp8(ctx, batch), _MXFP8_COLUMNS))
+                    results.append(([payload], ctx.bf16_mismatch(payload).reshape(1, 1).long(), ("data",)))
             ctx.end_chunk()
         failing: list[tuple[ExportItem, dict[str, int]]] = []
         if results:  # one device -> host transfer for the whole export
             counts = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu().tolist()
             offset = 0
-            for batch, tensor, columns in results:
+            for batch, _, columns in results:
+                width = len(columns)
                 for item in batch:
-                    row = dict(zip(columns, counts[offset : offset + len(columns)]))
-                    offset += len(columns)
-                    if any(row.values()):
-                        failing.append((item, row))
+                    row = counts[offset : offset + width]
+                    offset += width
+                    if any(row):
+                        failing.append((item, dict(zip(columns, row, strict=True))))
         failing += [(item, {"slow": 1}) for item in slow]
         return failing
 
     # -- the whole check ------------------------------------------------------------------------------
 
-    def __call__(
-        self, exported: Mapping[str, torch.Tensor], master: Mapping[str, torch.Tensor]
-    ) -> ExportReport:
+    def __call__(self, exported: Mapping[str, torch.Tensor], master: Mapping[str, torch.Tensor]) -> ExportReport:
         """Validate one export against its master.
 
         Args:
@@ -332,25 +371,39 @@ class ExportValidator:
         started = time.perf_counter()
         device = self.device or _device_of(master)
         plan = self.plan
-        sources = self._piece_sources(master)
+        compiled = self._compile(master)
         report = ExportReport(
-            contract=plan.contract.name, dialect=plan.dialect.name, ep_rank=self.ep_rank, ep_size=self.ep_size,
-            expected=[], received=len(exported), formats={},
-        )  # fmt: skip
-        ctx = Context(
-            plan, exported, master, sources, device, report, self.ep_rank, self.ep_size, self._rows_on
+            contract=plan.contract.name,
+            dialect=plan.dialect.name,
+            ep_rank=self.ep_rank,
+            ep_size=self.ep_size,
+            expected=list(compiled.expected_names),
+            received=len(exported),
+            formats={},
+            findings=list(compiled.problems),
+            master_bytes=compiled.master_bytes,
         )
-        fit = self._structure(ctx)
-        report.expected = list(ctx.expected_names)
         for item in self.items:
             fmt = item.decision.format if item.quantized else "bf16"
             report.formats[fmt] = report.formats.get(fmt, 0) + 1
+        ctx = Context(
+            plan,
+            exported,
+            master,
+            compiled.sources,
+            device,
+            report,
+            self.ep_rank,
+            self.ep_size,
+            self._rows_on,
+            expected_names=compiled.expected_names,
+        )
+        broken = self._structure(ctx, compiled)
         self._extras(ctx)
-        failing = self._compare(ctx, fit)
+        failing = self._compare(ctx, compiled, broken)
         diagnose.explain(ctx, failing, self.max_diagnosed)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        report.master_bytes = ctx.master_bytes
         report.seconds = time.perf_counter() - started
         return report
 
@@ -398,23 +451,36 @@ def validate_export(
 
     Example:
         >>> megatron = hf_to_megatron(hf_state_dict, "qwen3_moe", config)  # doctest: +SKIP
-        >>> exported = dict(export_hf(megatron.items(), contract=c, family="qwen3_moe", config=config))  # doctest: +SKIP
-        >>> validate_export(exported, megatron, contract=c, family="qwen3_moe", config=config).ok  # doctest: +SKIP
+        >>> kwargs = {"contract": "nvfp4-experts-per-token", "family": "qwen3_moe", "config": config}
+        >>> exported = dict(export_hf(megatron.items(), **kwargs))  # doctest: +SKIP
+        >>> validate_export(exported, megatron, **kwargs).ok  # doctest: +SKIP
         True
     """
     from fp4convert.contract import Contract, contract_hash, load_contract
 
     the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
     key = (
-        contract_hash(the_contract), family, repr(sorted(config.items())), getattr(dialect, "name", dialect),
-        ep_rank, ep_size, include_input_scale, None if device is None else str(device),
-    )  # fmt: skip
+        contract_hash(the_contract),
+        family,
+        repr(sorted(config.items())),
+        getattr(dialect, "name", dialect),
+        ep_rank,
+        ep_size,
+        include_input_scale,
+        None if device is None else str(device),
+    )
     validator = _VALIDATORS.get(key)
     if validator is None:
         validator = ExportValidator(
-            contract=the_contract, config=config, dialect=dialect, family=family, ep_rank=ep_rank,
-            ep_size=ep_size, include_input_scale=include_input_scale, device=device,
-        )  # fmt: skip
+            contract=the_contract,
+            config=config,
+            dialect=dialect,
+            family=family,
+            ep_rank=ep_rank,
+            ep_size=ep_size,
+            include_input_scale=include_input_scale,
+            device=device,
+        )
         _VALIDATORS[key] = validator
         while len(_VALIDATORS) > 4:
             _VALIDATORS.popitem(last=False)
@@ -459,13 +525,9 @@ def validate_export_files(
     from fp4convert.families import load_config
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConversionError(
-            "--device cuda was asked for, but no CUDA device is available", hint="use --device cpu"
-        )
+        raise ConversionError("--device cuda was asked for, but no CUDA device is available", hint="use --device cpu")
     master_path = Path(master)
-    config_path = (
-        Path(config) if config is not None else (master_path if master_path.is_dir() else master_path.parent)
-    )
+    config_path = Path(config) if config is not None else (master_path if master_path.is_dir() else master_path.parent)
     if config_path.is_dir() and not (config_path / "config.json").is_file():
         raise CheckpointError(
             f"{config_path} has no config.json",
@@ -478,7 +540,12 @@ def validate_export_files(
             name = next(iter(masters.duplicates))
             raise CheckpointError(f"master tensor {name!r} is stored in more than one file", tensor=name)
         validator = ExportValidator(
-            contract=contract, config=the_config, dialect=dialect, ep_rank=ep_rank, ep_size=ep_size,
-            include_input_scale=include_input_scale, device=device,
-        )  # fmt: skip
+            contract=contract,
+            config=the_config,
+            dialect=dialect,
+            ep_rank=ep_rank,
+            ep_size=ep_size,
+            include_input_scale=include_input_scale,
+            device=device,
+        )
         return validator(dumped, masters)
