@@ -239,7 +239,7 @@ def render_card(
         The card text, YAML front matter first.
 
     Raises:
-        HubError: the embedded contract does not hash to the manifest's ``contract_sha256``.
+        HubError: the embedded contract is invalid or does not hash to the manifest's ``contract_sha256``.
 
     Example:
         >>> card = render_card(read_manifest("out"), repo_id="me/Qwen3-NVFP4",
@@ -247,7 +247,16 @@ def render_card(
         >>> card.splitlines()[0]  # doctest: +SKIP
         '---'
     """
-    contract = Contract.model_validate(manifest["contract"])
+    from pydantic import ValidationError
+
+    try:
+        contract = Contract.model_validate(manifest["contract"])
+    except ValidationError as exc:
+        raise HubError(
+            f"the manifest's embedded contract is not a valid contract ({exc.error_count()} errors, first: "
+            f"{exc.errors()[0]['loc']}: {exc.errors()[0]['msg']})",
+            hint="convert again; a card must describe the contract the bytes were made with",
+        ) from exc
     if contract_hash(contract) != manifest["contract_sha256"]:
         raise HubError(
             "the manifest's embedded contract does not hash to its contract_sha256: the manifest was edited",
@@ -258,11 +267,7 @@ def render_card(
     tensors = manifest["tensors"]
     formats = [f for f in _ordered_formats(manifest["formats"]) if f != "bf16"] or ["bf16"]
     producer = manifest["producer"]
-    origin = (
-        f"[{base}](https://huggingface.co/{base})"
-        if base
-        else "a local checkpoint (its files' SHA-256 below)"
-    )
+    origin = f"[{base}](https://huggingface.co/{base})" if base else "a local checkpoint (its files' SHA-256 below)"
     lines = [
         f"# {repo_id}",
         "",
@@ -271,8 +276,7 @@ def render_card(
         f"in the **{manifest['dialect']}** dialect.",
         "",
         f"- contract SHA-256: `{manifest['contract_sha256']}`",
-        f"- quantizer profile: `{manifest['quantizer_profile']}`; "
-        f"activation mode: `{manifest['activation_mode']}`",
+        f"- quantizer profile: `{manifest['quantizer_profile']}`; activation mode: `{manifest['activation_mode']}`",
         f"- model family: `{source['family']}`"
         + (f"; source revision `{source['revision']}`" if source.get("revision") else ""),
         "",

@@ -174,9 +174,7 @@ class PublishPlan:
     def describe(self) -> str:
         """The plan in a few lines (what the CLI shows before asking)."""
         pub = self.publication
-        lines = [
-            f"publish {pub.directory} to {pub.repo_id}@{pub.revision} on {self.endpoint or 'huggingface.co'}:"
-        ]
+        lines = [f"publish {pub.directory} to {pub.repo_id}@{pub.revision} on {self.endpoint or 'huggingface.co'}:"]
         if self.create_repo:
             lines.append(f"  create the repo ({'private' if pub.private else 'public'})")
         if self.create_branch:
@@ -186,9 +184,7 @@ class PublishPlan:
             + (f", {len(self.unchanged)} unchanged" if self.unchanged else "")
         )
         if self.delete:
-            shown = ", ".join(self.delete[:5]) + (
-                f" and {len(self.delete) - 5} more" if len(self.delete) > 5 else ""
-            )
+            shown = ", ".join(self.delete[:5]) + (f" and {len(self.delete) - 5} more" if len(self.delete) > 5 else "")
             lines.append(f"  delete {len(self.delete)} files that are not in {pub.directory}: {shown}")
         return "\n".join(lines)
 
@@ -218,9 +214,7 @@ class PublishResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            key: (list(value) if isinstance(value, tuple) else value) for key, value in self.__dict__.items()
-        }
+        return {key: (list(value) if isinstance(value, tuple) else value) for key, value in self.__dict__.items()}
 
 
 def _local_files(directory: Path) -> list[LocalFile]:
@@ -364,9 +358,7 @@ def _plan(pub: Publication, remote: _Remote, endpoint: str | None, replace: bool
             hint="make the repo private on the Hub first, or publish to a new repo",
             repo_id=pub.repo_id,
         )
-    changed = tuple(
-        f.path for f in pub.files if f.path not in remote.files or not remote.files[f.path].matches(f)
-    )
+    changed = tuple(f.path for f in pub.files if f.path not in remote.files or not remote.files[f.path].matches(f))
     unchanged = tuple(f.path for f in pub.files if f.path not in changed)
     stale = tuple(p for p in sorted(remote.files) if p not in {f.path for f in pub.files})
     if remote.files and (changed or stale) and not replace:
@@ -474,7 +466,7 @@ def publish(
         >>> publish(prepare_publication("out", "me/Qwen3-NVFP4"), confirm=lambda plan: True)  # doctest: +SKIP
         PublishResult(repo_id='me/Qwen3-NVFP4', revision='main', status='published', ...)
     """
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, get_token
+    from huggingface_hub import HfApi, get_token
 
     pub = publication
     hook: Progress = progress or (lambda event, payload: None)
@@ -487,97 +479,115 @@ def publish(
             repo_id=pub.repo_id,
         )
     api = HfApi(endpoint=endpoint, token=token, library_name="fp4convert", library_version=__version__)
-    step, committing = f"reading {pub.repo_id}", False
+    stage = _Stage(f"reading {pub.repo_id}")
     try:
         hook("inspect", {"repo_id": pub.repo_id, "revision": pub.revision, "endpoint": endpoint})
         plan = _plan(pub, _inspect(api, pub), endpoint, replace)
         if plan.noop:
             return PublishResult(
-                pub.repo_id,
-                pub.revision,
-                "unchanged",
-                plan.head or "",
-                f"{endpoint or 'https://huggingface.co'}/{pub.repo_id}",
+                pub.repo_id, pub.revision, "unchanged", plan.head or "", f"{api.endpoint}/{pub.repo_id}"
             )
         if confirm is not None and not confirm(plan):
-            raise HubError(
-                f"publishing to {pub.repo_id} was not confirmed; nothing was changed", repo_id=pub.repo_id
-            )
-        head = plan.head
-        if plan.create_repo:
-            step = f"creating {pub.repo_id}"
-            hook("create_repo", {"repo_id": pub.repo_id, "private": pub.private})
-            # exist_ok=False: a repo created by someone else since the inspection must not be reused blindly.
-            api.create_repo(pub.repo_id, private=pub.private, exist_ok=False)
-            head = None
-        if plan.create_branch:
-            step = f"creating the branch {pub.revision}"
-            hook("create_branch", {"branch": pub.revision})
-            api.create_branch(pub.repo_id, branch=pub.revision, revision=head)
-        if head is None:
-            head = api.repo_info(pub.repo_id, revision=pub.revision).sha
-        by_path = {f.path: f for f in pub.files}
-        additions = []
-        for path in plan.upload:
-            local = by_path[path]
-            content = local.content if local.content is not None else str(local.local)
-            op = CommitOperationAdd(path_in_repo=path, path_or_fileobj=content)
-            op.upload_info.sha256 = bytes.fromhex(local.sha256)  # hashed already: do not read it again
-            additions.append(op)
-        step = f"uploading the files of {pub.directory}"
-        _upload(api, plan, additions, hook, batch)
-        step, committing = f"committing to {pub.repo_id}@{pub.revision}", True
-        hook("commit", {"files": len(additions), "delete": len(plan.delete)})
-        title, body = _commit_message(pub)
-        deletes = [CommitOperationDelete(path_in_repo=path) for path in plan.delete]
-        info = api.create_commit(
-            pub.repo_id,
-            operations=[*additions, *deletes],
-            commit_message=title,
-            commit_description=body,
-            revision=pub.revision,
-            parent_commit=head,
-        )
-        committing = False
-        step = f"checking the files of commit {info.oid[:12]}"
-        hook("check", {"commit": info.oid})
-        _check_remote(api, pub, info.oid)
+            raise HubError(f"publishing to {pub.repo_id} was not confirmed; nothing was changed", repo_id=pub.repo_id)
+        commit, url = _execute(api, plan, stage, hook, batch)
     except Fp4ConvertError:
         raise
     except Exception as exc:
-        from huggingface_hub.errors import HfHubHTTPError
-
-        if committing and not isinstance(_http_cause(exc), HfHubHTTPError):  # no answer came back
-            hint = (
-                f"the answer to the commit was lost, so {pub.repo_id}@{pub.revision} may or may not hold it; "
-                "run publish again: it finds the files already there, or commits them"
-            )
-        else:
-            hint = (
-                f"nothing was committed: {pub.repo_id}@{pub.revision} is as it was; run publish again "
-                "(files that reached the Hub are not sent twice)"
-            )
-        raise hub_error(
-            exc,
-            doing=step,
-            repo_id=pub.repo_id,
-            endpoint=endpoint,
-            revision=pub.revision,
-            token=token,
-            hint=hint,
-        ) from _scrubbed(exc, token)
+        raise _failure(exc, stage, pub, endpoint, token) from _scrubbed(exc, token)
     return PublishResult(
         pub.repo_id,
         pub.revision,
         "published",
-        info.oid,
-        str(info.commit_url),
+        commit,
+        url,
         created_repo=plan.create_repo,
         created_branch=plan.create_branch,
         uploaded=plan.upload,
         deleted=plan.delete,
         uploaded_bytes=plan.upload_bytes,
         remote_verified=True,
+    )
+
+
+class _Stage:
+    """What :func:`publish` is doing, for the message if it fails there."""
+
+    def __init__(self, doing: str) -> None:
+        self.doing = doing
+        self.committing = False
+
+
+def _additions(pub: Publication, paths: tuple[str, ...]) -> list[Any]:
+    from huggingface_hub import CommitOperationAdd
+
+    by_path = {f.path: f for f in pub.files}
+    additions = []
+    for path in paths:
+        local = by_path[path]
+        content = local.content if local.content is not None else str(local.local)
+        op = CommitOperationAdd(path_in_repo=path, path_or_fileobj=content)
+        op.upload_info.sha256 = bytes.fromhex(local.sha256)  # hashed already: do not read it again
+        additions.append(op)
+    return additions
+
+
+def _execute(api: Any, plan: PublishPlan, stage: _Stage, hook: Progress, batch: int) -> tuple[str, str]:
+    """Create what is missing, upload, commit once, check the remote; returns (commit, url)."""
+    from huggingface_hub import CommitOperationDelete
+
+    pub = plan.publication
+    head = plan.head
+    if plan.create_repo:
+        stage.doing = f"creating {pub.repo_id}"
+        hook("create_repo", {"repo_id": pub.repo_id, "private": pub.private})
+        # exist_ok=False: a repo someone else created since the inspection must not be reused blindly.
+        api.create_repo(pub.repo_id, private=pub.private, exist_ok=False)
+        head = None
+    if plan.create_branch:
+        stage.doing = f"creating the branch {pub.revision}"
+        hook("create_branch", {"branch": pub.revision})
+        api.create_branch(pub.repo_id, branch=pub.revision, revision=head)
+    if head is None:
+        head = api.repo_info(pub.repo_id, revision=pub.revision).sha
+    additions = _additions(pub, plan.upload)
+    deletes = [CommitOperationDelete(path_in_repo=path) for path in plan.delete]
+    if not additions and not deletes:  # a new branch of content main already holds: nothing to commit
+        return head, f"{api.endpoint}/{pub.repo_id}/tree/{pub.revision}"
+    stage.doing = f"uploading the files of {pub.directory}"
+    _upload(api, plan, additions, hook, batch)
+    stage.doing, stage.committing = f"committing to {pub.repo_id}@{pub.revision}", True
+    hook("commit", {"files": len(additions), "delete": len(deletes)})
+    title, body = _commit_message(pub)
+    info = api.create_commit(
+        pub.repo_id,
+        operations=[*additions, *deletes],
+        commit_message=title,
+        commit_description=body,
+        revision=pub.revision,
+        parent_commit=head,
+    )
+    stage.doing, stage.committing = f"checking the files of commit {info.oid[:12]}", False
+    hook("check", {"commit": info.oid})
+    _check_remote(api, pub, info.oid)
+    return info.oid, str(info.commit_url)
+
+
+def _failure(exc: Exception, stage: _Stage, pub: Publication, endpoint: str | None, token: str) -> HubError:
+    """The error for a failure of the client, saying whether anything may have been committed."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if stage.committing and not isinstance(_http_cause(exc), HfHubHTTPError):  # no answer came back
+        hint = (
+            f"the answer to the commit was lost, so {pub.repo_id}@{pub.revision} may or may not hold it; "
+            "run publish again: it finds the files already there, or commits them"
+        )
+    else:
+        hint = (
+            f"nothing was committed: {pub.repo_id}@{pub.revision} is as it was; run publish again "
+            "(files that reached the Hub are not sent twice)"
+        )
+    return hub_error(
+        exc, doing=stage.doing, repo_id=pub.repo_id, endpoint=endpoint, revision=pub.revision, token=token, hint=hint
     )
 
 

@@ -201,14 +201,10 @@ class FakeHub:
         with self.lock:
             repo = Repo(repo_id, private)
             self.repos[repo_id] = repo
-            self._commit(
-                repo, "main", None, {".gitattributes": Blob(GITATTRIBUTES, lfs=False)}, "initial commit"
-            )
+            self._commit(repo, "main", None, {".gitattributes": Blob(GITATTRIBUTES, lfs=False)}, "initial commit")
             return repo
 
-    def push(
-        self, repo_id: str, files: dict[str, bytes], *, branch: str = "main", title: str = "push"
-    ) -> str:
+    def push(self, repo_id: str, files: dict[str, bytes], *, branch: str = "main", title: str = "push") -> str:
         """Commit ``files`` on top of ``branch`` directly (a writer other than the client)."""
         with self.lock:
             repo = self.repos.get(repo_id) or self.create(repo_id)
@@ -240,9 +236,7 @@ class FakeHub:
     def requested(self, method: str | None = None, path: str = "") -> list[tuple[str, str]]:
         """Recorded requests, filtered by method and a path regex."""
         with self.lock:
-            return [
-                (m, p) for m, p in self.requests if (method is None or m == method) and re.search(path, p)
-            ]
+            return [(m, p) for m, p in self.requests if (method is None or m == method) and re.search(path, p)]
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -252,9 +246,7 @@ class FakeHub:
     def _is_lfs(self, sample: bytes, size: int) -> bool:
         return b"\0" in sample or size >= self.lfs_threshold
 
-    def _commit(
-        self, repo: Repo, branch: str, parent: str | None, files: dict[str, Blob], title: str
-    ) -> Commit:
+    def _commit(self, repo: Repo, branch: str, parent: str | None, files: dict[str, Blob], title: str) -> Commit:
         self._counter += 1
         seed = json.dumps([repo.repo_id, parent, title, self._counter, sorted(b.oid for b in files.values())])
         commit = Commit(hashlib.sha1(seed.encode()).hexdigest(), parent, title, files)
@@ -396,9 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes ----------------------------------------------------------------------------------
 
-    def _route(
-        self, method: str, path: str, query: dict[str, list[str]], body: bytes
-    ) -> tuple[int, Any, dict]:
+    def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any, dict]:
         hub = self.hub
         routes = (
             ("GET", r"/api/agent-harnesses", lambda m: (200, {"harnesses": {}, "standardEnvVars": []}, {})),
@@ -496,9 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
                 folders.add(prefix + rest.split("/")[0])
                 continue
             entries.append(commit.files[path].tree_entry(path))
-        entries += [
-            {"type": "directory", "oid": git_oid(f.encode()), "size": 0, "path": f} for f in sorted(folders)
-        ]
+        entries += [{"type": "directory", "oid": git_oid(f.encode()), "size": 0, "path": f} for f in sorted(folders)]
         return 200, entries, {}
 
     def _branch(self, m: re.Match[str], payload: dict[str, Any]) -> tuple[int, Any, dict]:
@@ -607,9 +595,7 @@ class _Handler(BaseHTTPRequestHandler):
         commit = self._revision(repo, unquote(m["rev"]))
         blob = commit.files.get(unquote(m["file"]))
         if blob is None:
-            raise _Reply(
-                404, "Entry not found", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit.oid}
-            )
+            raise _Reply(404, "Entry not found", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit.oid})
         headers = {"X-Repo-Commit": commit.oid, "ETag": f'"{blob.etag}"', "Accept-Ranges": "bytes"}
         data, status = blob.data, 200
         ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))

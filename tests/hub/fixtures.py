@@ -82,9 +82,7 @@ def converted_output(tiny_checkpoint: Callable[[str], Path], tmp_path_factory) -
     tiny checkpoint, built once per session; tests copy it before changing it."""
     cache: dict[tuple[str, str, str], Path] = {}
 
-    def get(
-        model: str = "qwen3_moe", dialect: str = "modelopt", contract: str | Path = NVFP4_EXPERTS
-    ) -> Path:
+    def get(model: str = "qwen3_moe", dialect: str = "modelopt", contract: str | Path = NVFP4_EXPERTS) -> Path:
         key = (model, dialect, str(contract))
         if key not in cache:
             out = tmp_path_factory.mktemp(f"hub-{model}-{dialect}") / "out"
