@@ -170,23 +170,17 @@ class Diagnoser:
         missing = [name for name in expected if name not in self.metas]
         if missing:
             shown = ", ".join(n.rsplit(".", 1)[1] for n in missing)
-            findings.append(
-                Finding("missing", f"lacks {shown} ({len(present)} of {len(expected)} tensors present)")
-            )
+            findings.append(Finding("missing", f"lacks {shown} ({len(present)} of {len(expected)} tensors present)"))
         for name in present:
             (dtype, shape), (found_dtype, found_shape) = expected[name], self.metas[name]
             if found_dtype != dtype:
                 findings.append(Finding("dtype", f"`{name}` is {found_dtype}, expected {dtype}"))
             elif tuple(found_shape) != tuple(shape):
-                findings.append(
-                    Finding("shape", f"`{name}` has shape {tuple(found_shape)}, expected {tuple(shape)}")
-                )
+                findings.append(Finding("shape", f"`{name}` has shape {tuple(found_shape)}, expected {tuple(shape)}"))
         if leftovers:
             self._claimed.update(leftovers)
             shown = ", ".join(f"`{n}`" for n in leftovers)
-            findings.append(
-                Finding("extra", f"also carries {shown}, which {self.dialect.name} does not write here")
-            )
+            findings.append(Finding("extra", f"also carries {shown}, which {self.dialect.name} does not write here"))
         return findings
 
     def _format_finding(self, src: Any, found: str, names: list[str]) -> Finding:
@@ -197,8 +191,7 @@ class Diagnoser:
             return Finding(
                 "format",
                 f"exported as {found} ({listing}), but the contract keeps it BF16: {decision.reason}",
-                f"the exporter quantized a tensor the contract keeps in BF16: it ignores {won.rule} "
-                f"({won.detail})",
+                f"the exporter quantized a tensor the contract keeps in BF16: it ignores {won.rule} ({won.detail})",
             )
         return Finding(
             "format",
@@ -222,9 +215,7 @@ class Diagnoser:
             info = self.tables.infos.get(owner)
             shown = ", ".join(f"`{n}`" for n in names)
             if info is None:
-                detail = (
-                    f"not a tensor of this {self.tables.family} model in dialect {self.dialect.name}: {shown}"
-                )
+                detail = f"not a tensor of this {self.tables.family} model in dialect {self.dialect.name}: {shown}"
                 results.append(TensorResult(owner, "unexpected", findings=[Finding("extra", detail)]))
                 continue
             where = self._placement(info.expert)
@@ -285,32 +276,28 @@ class Diagnoser:
         detail = self._describe(src, exported, reference)
         return Finding("bytes", detail, self._cause(src, exported, reference))
 
-    def _cause(
-        self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]
-    ) -> str | None:
-        differing = {role for role in exported if not _same(exported[role], reference[role])}
-        global_name = self.dialect.suffixes["nvfp4"].get("global", "") if src.format == "nvfp4" else ""
-        if differing == {"global"}:
-            ulps = _ulps(exported["global"], reference["global"])
-            if abs(ulps) <= 4:
-                return (
-                    f"{global_name} is {ulps:+d} ulp from the reference while every block scale and element "
-                    "matches: the exporter computes the outer scale with an approximate reciprocal (e.g. "
-                    "rcp.approx or fast-math 1/x) instead of a correctly rounded division"
-                )
+    def _cause(self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str | None:
+        # Replays first: a replay reproducing every byte is the most specific explanation.
         members = self.tables.members(src.name)
         fused = len(members) > 1
         replays = [(self.profile, True)] if fused else []
         if src.format == "nvfp4":
             replays += [
-                (p, own)
-                for p in PROFILES
-                if p != self.profile
-                for own in ((False, True) if fused else (False,))
+                (p, own) for p in PROFILES if p != self.profile for own in ((False, True) if fused else (False,))
             ]
+        differing = {role for role in exported if not _same(exported[role], reference[role])}
+        global_name = self.dialect.suffixes["nvfp4"].get("global", "") if src.format == "nvfp4" else ""
+        ulps = _ulps(exported["global"], reference["global"]) if differing == {"global"} else None
         for profile, own in replays:
             if self._same_roles(exported, self.reference(src.name, profile=profile, own_amax=own)):
-                return self._replay_message(src, members, profile, own)
+                message = self._replay_message(src, members, profile, own)
+                return message + (f" (only {global_name} differs, by {ulps:+d} ulp)" if ulps is not None else "")
+        if ulps is not None and abs(ulps) <= 4:
+            return (
+                f"{global_name} is {ulps:+d} ulp from the reference while every block scale and element "
+                "matches: the exporter computes the outer scale with an approximate reciprocal (e.g. "
+                "rcp.approx or fast-math 1/x) instead of a correctly rounded division"
+            )
         if src.item.info.expert is not None:
             for peer in self._peers(src.name, expected_only=False):
                 if self._matches(peer, exported):
@@ -320,11 +307,7 @@ class Diagnoser:
     def _replay_message(self, src: Any, members: tuple[str, ...], profile: str, own: bool) -> str:
         parts = []
         if own:
-            kind = (
-                _KIND_LABEL.get(src.item.info.fused_kind.value, "fused")
-                if src.item.info.fused_kind
-                else "fused"
-            )
+            kind = _KIND_LABEL.get(src.item.info.fused_kind.value, "fused") if src.item.info.fused_kind else "fused"
             names = " and ".join(_short(m) for m in members)
             parts.append(
                 f"the exporter quantized {names} separately: these bytes use {_short(src.name)}'s own "
@@ -337,19 +320,52 @@ class Diagnoser:
             )
         return "; ".join(parts)
 
-    def _stale_message(
-        self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]
-    ) -> str:
+    def _stale_message(self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str:
+        """No replay matched: say what the bytes still tell (the amax the outer scale encodes)."""
         x = self.tensor(src.name).float().cpu()
         scale = x.pow(2).mean().sqrt().item() or 1.0
         ours = (self._dequantize(src.format, exported) - x).pow(2).mean().sqrt().item() / scale
         ref = (self._dequantize(src.format, reference) - x).pow(2).mean().sqrt().item() / scale
-        tried = ", ".join(PROFILES) if src.format == "nvfp4" else "the MXFP8 quantizer"
-        return (
-            f"no replay reproduces these bytes ({tried}, shared or own amax, other experts); the exported "
-            f"values are {ours:.3g} (relative RMS) from the master, the reference's quantization error is "
-            f"{ref:.3g}: quantized from other weights (a stale tensor from an older step, or another master)"
+        tried = f"profiles {', '.join(PROFILES)}, shared or own amax" if src.format == "nvfp4" else "MXFP8"
+        facts = (
+            f"the exported values are {ours:.3g} (relative RMS) from the master, the reference's "
+            f"quantization error is {ref:.3g}"
         )
+        if src.format == "nvfp4" and not _same(exported["global"], reference["global"]):
+            members = self.tables.members(src.name)
+            amax = float(shared_amax([self.tensor(m) for m in members]))
+            implied = self._implied_amax(exported["global"])
+            return (
+                f"no replay reproduces these bytes ({tried}, other experts); the outer scale encodes an amax "
+                f"of {implied:.6g} where the master's is {amax:.6g}: quantized from other weights (a stale "
+                f"tensor from an older step, or another master); {facts}"
+            )
+        differ = self._differing_blocks(exported, reference)
+        total = differ.numel()
+        if src.format == "mxfp8" and int(differ.sum()) * 2 > total:
+            return (
+                f"no replay reproduces these bytes ({tried}, other experts); {int(differ.sum())} of {total} "
+                f"blocks differ: quantized from other weights (a stale tensor from an older step, or another "
+                f"master); {facts}"
+            )
+        return (
+            f"no replay reproduces these bytes ({tried}, other experts); the outer scale matches and "
+            f"{int(differ.sum())} of {total} blocks differ: values inside the tensor differ from the master "
+            f"(stale values under an unchanged amax, or corrupted bytes) or the exporter's block arithmetic "
+            f"matches no known profile; {facts}"
+        )
+
+    def _implied_amax(self, global_scale: torch.Tensor) -> float:
+        """The amax an NVFP4 outer scale was made from (``A = 2688 x decode scale``), for display."""
+        return self._decode_scale(global_scale) * 2688.0
+
+    @staticmethod
+    def _differing_blocks(exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> torch.Tensor:
+        data_e, data_r = exported["data"].view(torch.uint8), reference["data"].view(torch.uint8)
+        scale_e = exported["scale"].contiguous().view(torch.uint8)
+        scale_r = reference["scale"].contiguous().view(torch.uint8)
+        rows, blocks = scale_r.shape
+        return (data_e != data_r).reshape(rows, blocks, -1).any(-1) | (scale_e != scale_r)
 
     def _bf16_finding(self, src: Any) -> Finding:
         found = self.exported[src.name].cpu()
@@ -387,9 +403,7 @@ class Diagnoser:
             listing = ", ".join(
                 f"{_short(n)} {s.item():.9g} ({int(s.view(torch.int32)):#010x})" for n, s in scales.items()
             )
-            own = all(
-                _same(scales[n], self.reference(n, own_amax=True)[global_role].reshape(())) for n in scales
-            )
+            own = all(_same(scales[n], self.reference(n, own_amax=True)[global_role].reshape(())) for n in scales)
             names = " and ".join(_short(n) for n in scales)
             global_name = self.dialect.suffixes["nvfp4"]["global"]
             cause = (
@@ -423,9 +437,7 @@ class Diagnoser:
             self._held[name] = piece.take(self.master[piece.source])
         return self._held[name]
 
-    def reference(
-        self, name: str, *, profile: str | None = None, own_amax: bool = False
-    ) -> dict[str, torch.Tensor]:
+    def reference(self, name: str, *, profile: str | None = None, own_amax: bool = False) -> dict[str, torch.Tensor]:
         """What the contract makes of HF tensor ``name``, by role (data/scale/global/input), on CPU.
 
         ``profile`` replays another arithmetic profile; ``own_amax`` quantizes the tensor alone.
@@ -441,11 +453,7 @@ class Diagnoser:
             input_amax=group_input_amax(members, self.calibration),
         )
         suffixes = self.dialect.suffixes[item.decision.format]
-        return {
-            role: out[f"{item.module}.{s}"].cpu()
-            for role, s in suffixes.items()
-            if f"{item.module}.{s}" in out
-        }
+        return {role: out[f"{item.module}.{s}"].cpu() for role, s in suffixes.items() if f"{item.module}.{s}" in out}
 
     def _same_roles(self, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> bool:
         return all(role in reference and _same(t, reference[role]) for role, t in exported.items())
@@ -520,18 +528,13 @@ class Diagnoser:
         rows = values.shape[0]
         return (values.reshape(rows, -1, 32) * e8m0_decode(scale).unsqueeze(-1)).reshape(rows, -1)
 
-    def _describe(
-        self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]
-    ) -> str:
+    def _describe(self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str:
         fmt = src.format
         block = 16 if fmt == "nvfp4" else 32
-        data_e, data_r = (exported["data"].view(torch.uint8), reference["data"].view(torch.uint8))
-        scale_e, scale_r = (
-            exported["scale"].contiguous().view(torch.uint8),
-            reference["scale"].contiguous().view(torch.uint8),
-        )
-        rows, blocks = scale_r.shape
-        differ = (data_e != data_r).reshape(rows, blocks, -1).any(-1) | (scale_e != scale_r)
+        scale_e = exported["scale"].contiguous().view(torch.uint8)
+        scale_r = reference["scale"].contiguous().view(torch.uint8)
+        differ = self._differing_blocks(exported, reference)
+        rows, blocks = differ.shape
         notes = []
         if fmt == "nvfp4" and not _same(exported["global"], reference["global"]):
             e, r = exported["global"].reshape(()), reference["global"].reshape(())
@@ -541,9 +544,7 @@ class Diagnoser:
                 f"({int(r.view(torch.int32)):#010x}), {_ulps(e, r):+d} ulp"
             )
         if "input" in exported and not _same(exported["input"], reference["input"]):
-            notes.append(
-                f"input scale {exported['input'].item():.9g} != expected {reference['input'].item():.9g}"
-            )
+            notes.append(f"input scale {exported['input'].item():.9g} != expected {reference['input'].item():.9g}")
         count = int(differ.sum())
         if count == 0:
             return "; ".join(notes) + "; every block scale and element matches"

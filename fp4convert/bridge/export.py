@@ -131,9 +131,7 @@ def export_hf(
         True
     """
     tables = model_tables(contract, config, family)
-    the_dialect = get_dialect(
-        dialect, per_token_activations=tables.contract.formats.nvfp4.per_token_activations
-    )
+    the_dialect = get_dialect(dialect, per_token_activations=tables.contract.formats.nvfp4.per_token_activations)
     tables.experts_on_rank(ep_rank, ep_size)  # rank/size errors now, not at the first expert
     check_can_export(tables, the_dialect, include_input_scale, calibration)
     pairs = named_params.items() if isinstance(named_params, Mapping) else named_params
@@ -152,9 +150,7 @@ def _export(
     profile = tables.contract.quantizer
     pending: dict[tuple[str, ...], dict[str, torch.Tensor]] = {}  # group members -> pieces so far
 
-    def emit(
-        members: tuple[str, ...], tensors: Mapping[str, torch.Tensor]
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def emit(members: tuple[str, ...], tensors: Mapping[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
         items = [tables.planned(name) for name in members]
         input_amax = group_input_amax(members, calibration)
         out = quantize_members(

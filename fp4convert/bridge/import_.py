@@ -219,9 +219,7 @@ def import_hf(
     started = time.perf_counter()
     layout = ExpertLayout(expert_layout)
     the_contract = (
-        None
-        if contract is None
-        else (contract if isinstance(contract, Contract) else load_contract(contract))
+        None if contract is None else (contract if isinstance(contract, Contract) else load_contract(contract))
     )
     source_path = resolve_source(source, revision=revision)
     ckpt = open_checkpoint(source_path)

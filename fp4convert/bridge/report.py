@@ -139,9 +139,7 @@ class ExportReport:
     def summary(self) -> str:
         """One line: the verdict, counts, and the speed (GB of BF16 master per second)."""
         counts = self.counts()
-        speed = (
-            f"{self.master_bytes / 1e9:.3f} GB of master in {self.seconds:.2f} s ({self.gb_per_s:.1f} GB/s)"
-        )
+        speed = f"{self.master_bytes / 1e9:.3f} GB of master in {self.seconds:.2f} s ({self.gb_per_s:.1f} GB/s)"
         if self.ok:
             formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(self.formats().items()))
             return f"OK: {counts['expected']} tensors follow contract {self.contract} ({formats}); {speed}"
@@ -186,7 +184,6 @@ class ExportReport:
         finding = first.findings[0]
         raise VerificationError(
             f"{self.summary()}; first: {finding.check} {first.name}: {finding.detail}",
-            hint=finding.cause
-            or "run `fp4convert validate-export` on a dump of this update for the full report",
+            hint=finding.cause or "run `fp4convert validate-export` on a dump of this update for the full report",
             tensor=first.name,
         )

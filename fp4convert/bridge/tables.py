@@ -52,9 +52,7 @@ class Piece:
 
     __slots__ = ("_on_device", "name", "rows", "shape", "source")
 
-    def __init__(
-        self, name: str, source: str, rows: slice | torch.Tensor | None, shape: tuple[int, ...]
-    ) -> None:
+    def __init__(self, name: str, source: str, rows: slice | torch.Tensor | None, shape: tuple[int, ...]) -> None:
         self.name = name
         self.source = source
         self.rows = rows
@@ -153,9 +151,7 @@ class ModelTables:
         members = self.groups.get(group or "")
         return members if members and name in members else (name,)
 
-    def check_shape(
-        self, name: str, shape: tuple[int, ...], source: str, source_shape: tuple[int, ...]
-    ) -> None:
+    def check_shape(self, name: str, shape: tuple[int, ...], source: str, source_shape: tuple[int, ...]) -> None:
         """Raise unless HF tensor ``name`` taken from ``source`` has the shape the config gives it.
 
         Raises:
@@ -227,14 +223,10 @@ class ModelTables:
             found = self._pieces[key] = self._probe(megatron_name, shape, ep_rank, ep_size)
         return found
 
-    def _probe(
-        self, megatron_name: str, shape: tuple[int, ...], ep_rank: int, ep_size: int
-    ) -> tuple[Piece, ...]:
+    def _probe(self, megatron_name: str, shape: tuple[int, ...], ep_rank: int, ep_size: int) -> tuple[Piece, ...]:
         rows = shape[0] if shape else 1
         probe = torch.arange(rows, dtype=torch.float64).reshape(rows, 1)
-        out = megatron_to_hf(
-            {megatron_name: probe}, self.family, self.config, ep_rank=ep_rank, ep_size=ep_size
-        )
+        out = megatron_to_hf({megatron_name: probe}, self.family, self.config, ep_rank=ep_rank, ep_size=ep_size)
         pieces = []
         for name, ids in out.items():
             ids = ids.reshape(-1).to(torch.int64)

@@ -162,16 +162,10 @@ class _Plan:
         experts = tables.experts_on_rank(ep_rank, ep_size) if self.naming == "hf" else None
         order = {name: n for n, name in enumerate(tables.infos)}
         expected = sorted(
-            (
-                name
-                for name in self.candidates
-                if experts is None or tables.infos[name].expert in (None, *experts)
-            ),
+            (name for name in self.candidates if experts is None or tables.infos[name].expert in (None, *experts)),
             key=order.__getitem__,
         )
-        self.sources = [
-            self._source(tables, dialect, name, include_input_scale, calibration) for name in expected
-        ]
+        self.sources = [self._source(tables, dialect, name, include_input_scale, calibration) for name in expected]
         self.index = {src.name: i for i, src in enumerate(self.sources)}
         self.expected_outputs = {spec[0]: i for i, src in enumerate(self.sources) for spec in src.outputs}
         self.groups: dict[str, list[int]] = {}
@@ -337,9 +331,7 @@ class ExportValidator:
         plan = self.plan(master)
         metas = tensor_metas(exported)
         results = [
-            TensorResult(
-                src.name, "tensor", src.format, src.item.decision.rule, tuple(o[0] for o in src.outputs)
-            )
+            TensorResult(src.name, "tensor", src.format, src.item.decision.rule, tuple(o[0] for o in src.outputs))
             for src in plan.sources
         ]
         diagnoser = Diagnoser(
@@ -428,9 +420,7 @@ def _read_back(flags: list[tuple[list[int], torch.Tensor]]) -> dict[int, bool]:
     return dict(zip(indices, values, strict=True))
 
 
-def _stack_exported(
-    exported: Mapping[str, torch.Tensor], names: list[str], device: torch.device
-) -> torch.Tensor:
+def _stack_exported(exported: Mapping[str, torch.Tensor], names: list[str], device: torch.device) -> torch.Tensor:
     tensors = [exported[name] for name in names]
     stacked = torch.stack([t.reshape(t.shape or ()) for t in tensors])
     return stacked.to(device)
@@ -462,9 +452,7 @@ def _references(
             offset += n
             q = quantize_nvfp4(x, tile=batch.tile, scope="expert", amax=amax, profile=profile)  # type: ignore[arg-type]
             assert q.data is not None and q.scale is not None  # rowwise is always produced
-            references.append(
-                {"data": q.data, "scale": q.scale, "global": dialect.global_scale(q).reshape(n)}
-            )
+            references.append({"data": q.data, "scale": q.scale, "global": dialect.global_scale(q).reshape(n)})
         else:
             mx = quantize_mxfp8(x)
             references.append({"data": mx.data, "scale": mx.scale})
