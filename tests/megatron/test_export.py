@@ -75,8 +75,9 @@ def test_ep_ranks_together_export_the_whole_model(key, contract, dialect, model,
     together: dict[str, torch.Tensor] = {}
     for rank in range(2):
         megatron = hf_to_megatron(hf, key, config, ep_rank=rank, ep_size=2)
-        for name, tensor in export_hf(megatron, contract=contract, family=key, config=config, dialect=dialect,
-                                      ep_rank=rank, ep_size=2):  # fmt: skip
+        for name, tensor in export_hf(
+            megatron, contract=contract, family=key, config=config, dialect=dialect, ep_rank=rank, ep_size=2
+        ):
             if name in together:  # non-expert tensors come from every rank, identical
                 assert_bytes_equal(tensor, together[name])
             together[name] = tensor
@@ -102,7 +103,7 @@ def test_calibrated_input_scales_are_shared_by_fused_siblings(model):
             "formats": contract.formats.model_copy(
                 update={"nvfp4": contract.formats.nvfp4.model_copy(update={"per_token_activations": False})}
             )
-        }  # fmt: skip
+        }
     )
     megatron = hf_to_megatron(hf, "qwen3_moe", config)
     with pytest.raises(ConversionError, match=r"no calibrated amax"):
@@ -113,8 +114,16 @@ def test_calibrated_input_scales_are_shared_by_fused_siblings(model):
         **{n.rsplit(".", 1)[0]: 1.0 for n in hf if ".experts." in n},
         **calibration,
     }
-    exported = dict(export_hf(megatron, contract=per_tensor, family=None, config=config, include_input_scale=True,
-                              calibration=calibration))  # fmt: skip
+    exported = dict(
+        export_hf(
+            megatron,
+            contract=per_tensor,
+            family=None,
+            config=config,
+            include_input_scale=True,
+            calibration=calibration,
+        )
+    )
     shared = torch.div(torch.tensor(24.0), torch.tensor(2688.0))  # ModelOpt's amax / (6 * 448), the max of the pair
     assert_bytes_equal(exported[f"{prefix}.gate_proj.input_scale"], shared)
     assert_bytes_equal(exported[f"{prefix}.up_proj.input_scale"], shared)
@@ -175,21 +184,38 @@ def test_tensor_parallel_shard_is_refused(model):
     megatron = hf_to_megatron(hf, "qwen3_moe", config)
     name = "decoder.layers.0.mlp.experts.linear_fc2.weight1"
     shard = {name: megatron[name][:, :16]}
-    with pytest.raises(MappingError, match=r"gives `model\.layers\.0\.mlp\.experts\.1\.down_proj\.weight` the shape "
-                                           r"\(64, 16\), but the config says \(64, 32\)"):  # fmt: skip
+    with pytest.raises(
+        MappingError,
+        match=r"gives `model\.layers\.0\.mlp\.experts\.1\.down_proj\.weight` the shape "
+        r"\(64, 16\), but the config says \(64, 32\)",
+    ):
         list(export_hf(shard, contract=NVFP4_EXPERTS, family="qwen3_moe", config=config))
 
 
 def test_unknown_names_and_bad_ep_positions_are_refused(model):
-    hf, config = model("qwen3_moe")
+    _, config = model("qwen3_moe")
     with pytest.raises(MappingError, match=r"`decoder\.layers\.0\.mlp\.nonsense\.weight` is not a qwen3_moe tensor"):
-        list(export_hf({"decoder.layers.0.mlp.nonsense.weight": torch.zeros(2, 16)}, contract=NVFP4_EXPERTS,
-                       family=None, config=config))  # fmt: skip
+        list(
+            export_hf(
+                {"decoder.layers.0.mlp.nonsense.weight": torch.zeros(2, 16)},
+                contract=NVFP4_EXPERTS,
+                family=None,
+                config=config,
+            )
+        )
     with pytest.raises(MappingError, match=r"4 experts cannot be split over EP size 3"):
         next(export_hf({}, contract=NVFP4_EXPERTS, family=None, config=config, ep_size=3))
     with pytest.raises(MappingError, match=r"names expert 2, but there are 2 experts here"):
-        list(export_hf({"decoder.layers.0.mlp.experts.linear_fc2.weight2": torch.zeros(64, 32)},
-                       contract=NVFP4_EXPERTS, family=None, config=config, ep_rank=1, ep_size=2))  # fmt: skip
+        list(
+            export_hf(
+                {"decoder.layers.0.mlp.experts.linear_fc2.weight2": torch.zeros(64, 32)},
+                contract=NVFP4_EXPERTS,
+                family=None,
+                config=config,
+                ep_rank=1,
+                ep_size=2,
+            )
+        )
 
 
 def test_family_must_match_the_config(model):
@@ -210,6 +236,7 @@ def test_dialect_that_cannot_hold_the_contract_is_refused_before_any_tensor(mode
 def test_cuda_export_equals_the_converted_checkpoint(key, contract, dialect, model, converted):
     hf, config = model(key)
     megatron = {n: t.cuda() for n, t in hf_to_megatron(hf, key, config).items()}
-    exported = {n: t.cpu() for n, t in export_hf(megatron, contract=contract, family=key, config=config,
-                                                 dialect=dialect)}  # fmt: skip
+    exported = {
+        n: t.cpu() for n, t in export_hf(megatron, contract=contract, family=key, config=config, dialect=dialect)
+    }
     _assert_same(exported, _without_input_scales(converted(key, contract, dialect)))
