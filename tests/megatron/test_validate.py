@@ -1,0 +1,274 @@
+"""validate_export: what passes (exports, converted checkpoints, both master namings, EP ranks), the
+structural checks, the report, and that a validator reused across syncs never caches a verdict."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from _helpers import MXFP8_ALL, NVFP4_EXPERTS
+from safetensors.torch import save_file
+
+from fp4convert import export_hf, validate_export
+from fp4convert.contract import load_contract
+from fp4convert.convert.execute import convert_checkpoint
+from fp4convert.errors import VerificationError
+from fp4convert.families import hf_to_megatron
+from fp4convert.megatron import ExportValidator, validate_export_files
+
+DEEPSEEK_NVFP4 = Path(__file__).parent / "data" / "deepseek-nvfp4-mla-bf16.yaml"
+
+
+def _export(model, key, contract, dialect="modelopt", **kwargs):
+    hf, config = model(key)
+    megatron = hf_to_megatron(hf, key, config)
+    return dict(export_hf(megatron, contract=contract, family=key, config=config, dialect=dialect, **kwargs))
+
+
+@pytest.mark.parametrize(
+    ("key", "contract", "dialect"),
+    [
+        ("qwen3_moe", NVFP4_EXPERTS, "modelopt"),
+        ("qwen3_moe", NVFP4_EXPERTS, "compressed-tensors"),
+        ("qwen3_moe", MXFP8_ALL, "sglang-mxfp8"),
+        ("deepseek_v3", DEEPSEEK_NVFP4, "modelopt"),
+        ("deepseek_v3", DEEPSEEK_NVFP4, "compressed-tensors"),
+        ("deepseek_v3", "deepseek-v3-mxfp8-mla-bf16", "modelopt"),
+    ],
+)
+@pytest.mark.parametrize("master_names", ["hf", "grouped", "sequential"])
+def test_a_correct_export_passes_against_either_master(key, contract, dialect, master_names, model):
+    hf, config = model(key)
+    exported = _export(model, key, contract, dialect)
+    master = hf if master_names == "hf" else hf_to_megatron(hf, key, config, expert_layout=master_names)
+    report = validate_export(exported, master, contract=contract, family=key, config=config, dialect=dialect)
+    assert report.ok, report.findings[:3]
+    assert report.counts() == {"expected": len(exported), "received": len(exported), "ok": len(exported), "failed": 0}
+
+
+def test_master_bytes_count_every_hf_tensor_once(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    report = validate_export(exported, hf, contract=NVFP4_EXPERTS, family=None, config=config)
+    assert report.master_bytes == sum(t.numel() * t.element_size() for t in hf.values())
+    assert report.formats == {"bf16": 32, "nvfp4": 24}
+    assert report.summary().startswith(
+        "OK: all 104 exported tensors follow contract nvfp4-experts-per-token (32 bf16, 24 nvfp4); "
+    )
+
+
+@pytest.mark.parametrize("key", ["qwen3_moe", "deepseek_v3"])
+def test_each_ep_rank_passes_against_its_megatron_master_and_the_hf_master(key, model):
+    hf, config = model(key)
+    contract = NVFP4_EXPERTS if key == "qwen3_moe" else DEEPSEEK_NVFP4
+    for rank in range(2):
+        megatron = hf_to_megatron(hf, key, config, ep_rank=rank, ep_size=2)
+        exported = dict(export_hf(megatron, contract=contract, family=key, config=config, ep_rank=rank, ep_size=2))
+        for master in (megatron, hf):
+            report = validate_export(
+                exported, master, contract=contract, family=key, config=config, ep_rank=rank, ep_size=2
+            )
+            assert report.ok, report.findings[:3]
+            assert any(f".experts.{2 * rank}." in n for n in report.expected)
+            assert not any(f".experts.{2 * (1 - rank)}." in n for n in report.expected)
+
+
+def test_the_converted_checkpoint_validates_as_a_live_update(tiny_checkpoint, tmp_path, model, read_tensors):
+    """Interchangeable: the converter's tensors pass as an export, input scales included on request."""
+    _, config = model("deepseek_v3")
+    out = tmp_path / "out"
+    convert_checkpoint(tiny_checkpoint("deepseek_v3"), out, contract=DEEPSEEK_NVFP4)
+    converted = read_tensors(out)
+    master = model("deepseek_v3")[0]
+    kwargs = {"contract": DEEPSEEK_NVFP4, "family": None, "config": config}
+    assert validate_export(converted, master, include_input_scale=True, **kwargs).ok
+    live = {n: t for n, t in converted.items() if not n.endswith(".input_scale")}
+    assert validate_export(live, master, **kwargs).ok
+
+
+def test_16x16_tiles_validate_with_the_batched_path(model):
+    contract = load_contract(NVFP4_EXPERTS)
+    tiles = contract.model_copy(
+        update={
+            "formats": contract.formats.model_copy(
+                update={"nvfp4": contract.formats.nvfp4.model_copy(update={"tile": "16x16"})}
+            )
+        }
+    )
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", tiles)
+    plain = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    name = "model.layers.0.mlp.experts.1.down_proj.weight_scale"
+    assert not torch.equal(exported[name].view(torch.uint8), plain[name].view(torch.uint8))  # tiles matter
+    assert validate_export(exported, hf, contract=tiles, family=None, config=config).ok
+    assert not validate_export(plain, hf, contract=tiles, family=None, config=config).ok
+
+
+def test_batch_size_does_not_change_the_verdict(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    bad = dict(exported)
+    bad["model.layers.2.mlp.experts.3.down_proj.weight"] = bad["model.layers.2.mlp.experts.3.down_proj.weight"] ^ 1
+    for max_batch_bytes in (1, 1 << 30):
+        validator = ExportValidator(contract=NVFP4_EXPERTS, config=config, max_batch_bytes=max_batch_bytes)
+        assert validator(exported, hf).ok
+        report = validator(bad, hf)
+        assert [(f.tensor, f.check) for f in report.findings] == [
+            ("model.layers.2.mlp.experts.3.down_proj.weight", "bytes")
+        ]
+
+
+def test_a_reused_validator_judges_every_sync_afresh(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    assert validator(exported, megatron).ok
+    bad = dict(exported)
+    del bad["model.layers.0.mlp.experts.0.up_proj.weight_scale_2"]
+    assert [f.check for f in validator(bad, megatron).findings] == ["missing"]
+    # the learner's weights moved: the same export is now stale, and the validator sees it
+    stepped = {
+        n: (t.float() * 1.5).to(t.dtype) if ".experts.linear_fc2.weight1" in n else t for n, t in megatron.items()
+    }
+    failed = validator(exported, stepped)
+    assert {f.tensor for f in failed.findings} >= {f"model.layers.{i}.mlp.experts.1.down_proj.weight" for i in (0, 2)}
+    assert validator(exported, megatron).ok
+
+
+# -- structure --------------------------------------------------------------------------------------
+
+
+def test_structural_findings_name_the_tensor_and_what_was_expected(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    bad = dict(exported)
+    del bad["model.layers.0.mlp.experts.0.down_proj.weight"]
+    bad["model.layers.0.mlp.experts.1.down_proj.weight_scale"] = bad[
+        "model.layers.0.mlp.experts.1.down_proj.weight_scale"
+    ].view(torch.uint8)
+    bad["model.layers.0.mlp.experts.2.down_proj.weight_scale_2"] = bad[
+        "model.layers.0.mlp.experts.2.down_proj.weight_scale_2"
+    ].reshape(1)
+    bad["model.layers.0.mlp.experts.9.up_proj.weight"] = torch.zeros(1)
+    report = validate_export(bad, hf, contract=NVFP4_EXPERTS, family=None, config=config)
+    found = {(f.tensor, f.check, f.detail) for f in report.findings}
+    assert found == {
+        ("model.layers.0.mlp.experts.0.down_proj.weight", "missing", "not in the export (no update bucket holds it)"),
+        ("model.layers.0.mlp.experts.1.down_proj.weight_scale", "dtype", "U8 [64, 2], expected F8_E4M3 [64, 2]"),
+        ("model.layers.0.mlp.experts.2.down_proj.weight_scale_2", "shape", "[1], expected F32 []"),
+        ("model.layers.0.mlp.experts.9.up_proj.weight", "extra", "not a tensor of this model in this dialect"),
+    }
+    assert report.counts() == {
+        "expected": 104,
+        "received": 104,
+        "ok": 101,
+        "failed": 4,
+        "missing": 1,
+        "extra": 1,
+        "dtype": 1,
+        "shape": 1,
+    }
+
+
+def test_a_master_without_the_tensor_is_a_finding(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    master = {n: t for n, t in hf.items() if n != "model.layers.1.mlp.down_proj.weight"}
+    report = validate_export(exported, master, contract=NVFP4_EXPERTS, family=None, config=config)
+    assert [(f.tensor, f.check) for f in report.findings] == [("model.layers.1.mlp.down_proj.weight", "master")]
+    assert report.findings[0].detail.startswith(
+        "the master has no tensor holding `model.layers.1.mlp.down_proj.weight`"
+    )
+
+
+def test_a_tensor_parallel_shard_in_the_master_is_a_finding(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    master = dict(hf)
+    master["model.layers.0.self_attn.o_proj.weight"] = master["model.layers.0.self_attn.o_proj.weight"][:32]
+    report = validate_export(exported, master, contract=NVFP4_EXPERTS, family=None, config=config)
+    assert [f.detail for f in report.findings] == [
+        "master `model.layers.0.self_attn.o_proj.weight` gives it shape [32, 64], the config says [64, 64] "
+        "(pass tensor-parallel-gathered tensors)"
+    ]
+
+
+# -- files ------------------------------------------------------------------------------------------
+
+
+def _dump(tensors: dict[str, torch.Tensor], directory: Path, buckets: int) -> Path:
+    directory.mkdir()
+    names = list(tensors)
+    size = -(-len(names) // buckets)
+    for i in range(buckets):
+        part = {n: tensors[n].contiguous() for n in names[i * size : (i + 1) * size]}
+        save_file(part, str(directory / f"bucket-{i:03d}.safetensors"))
+    return directory
+
+
+def test_files_in_update_buckets_against_an_hf_or_megatron_master(tiny_checkpoint, tmp_path, model):
+    from fp4convert import import_hf
+
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    dump = _dump(exported, tmp_path / "dump", buckets=5)
+    import_hf(tiny_checkpoint("qwen3_moe"), tmp_path / "megatron")
+    for master in (tiny_checkpoint("qwen3_moe"), tmp_path / "megatron"):
+        report = validate_export_files(dump, master, contract=NVFP4_EXPERTS)
+        assert report.ok, report.findings[:3]
+        assert report.received == len(exported)
+
+
+def test_a_tensor_sent_in_two_buckets_is_a_duplicate(tiny_checkpoint, tmp_path, model):
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    dump = _dump(exported, tmp_path / "dump", buckets=2)
+    name = "model.layers.0.mlp.experts.0.up_proj.weight_scale_2"
+    save_file({name: exported[name]}, str(dump / "bucket-again.safetensors"))
+    report = validate_export_files(dump, tiny_checkpoint("qwen3_moe"), contract=NVFP4_EXPERTS)
+    assert [(f.tensor, f.check, f.detail) for f in report.findings] == [
+        (name, "duplicate", "sent in more than one update bucket (bucket-000.safetensors, bucket-again.safetensors)")
+    ]
+
+
+# -- the report ---------------------------------------------------------------------------------------
+
+
+def test_report_json_per_tensor_and_raise(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    bad = dict(exported)
+    name = "model.layers.0.mlp.experts.3.down_proj.weight"
+    bad[name] = bad[name] ^ 0x10
+    report = validate_export(bad, hf, contract=NVFP4_EXPERTS, family=None, config=config)
+    data = report.to_json()
+    assert data["ok"] is False and data["counts"]["bytes"] == 1 and data["counts"]["ok"] == 103
+    statuses = {t["tensor"]: t["status"] for t in data["tensors"]}
+    assert statuses[name] == "bytes" and statuses["model.norm.weight"] == "ok" and len(statuses) == 104
+    assert data["findings"][0]["detail"].startswith("1024 of 1024 bytes differ; first at row 0, block 0: exported [")
+    with pytest.raises(VerificationError, match=re.escape(f"first: bytes `{name}`: 1024 of 1024 bytes differ")):
+        report.raise_if_failed()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(
+    ("key", "contract", "dialect"),
+    [
+        ("qwen3_moe", NVFP4_EXPERTS, "modelopt"),
+        ("deepseek_v3", DEEPSEEK_NVFP4, "compressed-tensors"),
+        ("deepseek_v3", "deepseek-v3-mxfp8-mla-bf16", "sglang-mxfp8"),
+    ],
+)
+def test_cuda_validation_passes_and_catches_a_flipped_byte(key, contract, dialect, model):
+    hf, config = model(key)
+    megatron = {n: t.cuda() for n, t in hf_to_megatron(hf, key, config).items()}
+    exported = dict(export_hf(megatron, contract=contract, family=key, config=config, dialect=dialect))
+    kwargs = {"contract": contract, "family": key, "config": config, "dialect": dialect}
+    assert validate_export(exported, megatron, **kwargs).ok
+    cpu = {n: t.cpu() for n, t in exported.items()}
+    assert validate_export(cpu, hf, **kwargs).ok  # the CPU reference accepts what CUDA exported
+    name = next(n for n in exported if n.endswith(".weight") and exported[n].dtype != torch.bfloat16)
+    exported[name] = (exported[name].view(torch.uint8) ^ 1).view(exported[name].dtype)
+    assert [f.tensor for f in validate_export(exported, megatron, **kwargs).findings] == [name]
