@@ -17,7 +17,18 @@ causes), ``report``, ``files`` (safetensors folders read on access).
 from __future__ import annotations
 
 from fp4convert.bridge.export import export_hf
+from fp4convert.bridge.import_ import ImportReport, import_hf
 from fp4convert.bridge.report import ExportReport, Finding, TensorResult
-from fp4convert.bridge.validate import ExportValidator, validate_export
+from fp4convert.bridge.validate import ExportValidator, validate_export, validate_export_files
 
-__all__ = ["ExportReport", "ExportValidator", "Finding", "TensorResult", "export_hf", "validate_export"]
+__all__ = [
+    "ExportReport",
+    "ExportValidator",
+    "Finding",
+    "ImportReport",
+    "TensorResult",
+    "export_hf",
+    "import_hf",
+    "validate_export",
+    "validate_export_files",
+]

@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -38,7 +39,7 @@ from fp4convert.formats import kernels
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import quantize_nvfp4
 
-__all__ = ["ExportValidator", "validate_export"]
+__all__ = ["ExportValidator", "validate_export", "validate_export_files"]
 
 #: master bytes one batch of experts may span (larger layers are validated in expert chunks)
 UNIT_BYTES = 4 * 10**9
@@ -621,3 +622,82 @@ def validate_export(
             _VALIDATORS.popitem(last=False)
     _VALIDATORS.move_to_end(key)
     return validator.validate(exported, master)
+
+
+def validate_export_files(
+    dump: str | Path,
+    master: str | Path,
+    *,
+    contract: ContractLike,
+    config: ConfigLike | None = None,
+    family: FamilyLike = None,
+    dialect: str = "modelopt",
+    ep_rank: int = 0,
+    ep_size: int = 1,
+    include_input_scale: bool = False,
+    calibration: str | Path | Mapping[str, float] | None = None,
+    device: str = "cpu",
+    diagnose: int = 32,
+) -> ExportReport:
+    """:func:`validate_export` on files: an exporter's dump against a BF16 master on disk.
+
+    Tensors are read when their layer is validated, so memory holds about one layer (or one chunk
+    of a layer's experts), not the model.
+
+    Args:
+        dump: a folder of safetensors files with HF names (one per update bucket, no index), or one file.
+        master: an HF checkpoint folder, or Megatron-named safetensors (a folder, e.g. from
+            :func:`~fp4convert.bridge.import_hf`, or one file).
+        contract: a contract file or a shipped name.
+        config: the model's config.json; default: the master folder's.
+        family: the model family; default: the config's.
+        dialect: the dialect of the dump.
+        ep_rank: the EP rank that produced the dump.
+        ep_size: the expert-parallel size.
+        include_input_scale: the dump must carry activation scales.
+        calibration: activation amaxes (a JSON file or a mapping), for calibrated contracts.
+        device: where the reference is computed (``cpu``, ``cuda``, ``cuda:1``).
+        diagnose: how many failing tensors to analyse.
+
+    Returns:
+        The :class:`~fp4convert.bridge.report.ExportReport`; tensors stored in several buckets are
+        ``duplicate`` findings.
+
+    Raises:
+        CheckpointError: unreadable files, or no config.json next to the master and no ``config``.
+
+    Example:
+        >>> report = validate_export_files(  # doctest: +SKIP
+        ...     "dump/", "Qwen3-30B-A3B/", contract="nvfp4-experts-per-token")
+        >>> report.ok  # doctest: +SKIP
+        True
+    """
+    from fp4convert.bridge.files import SafetensorsFolder
+    from fp4convert.convert.plan import load_calibration
+    from fp4convert.errors import CheckpointError
+
+    master_path = Path(master)
+    if config is None:
+        found = master_path / "config.json" if master_path.is_dir() else master_path.with_name("config.json")
+        if not found.is_file():
+            raise CheckpointError(
+                f"no config.json next to the master {master_path}",
+                hint="pass the model's config.json with --config",
+                file=str(master_path),
+            )
+        config = found
+    if calibration is not None and not isinstance(calibration, Mapping):
+        calibration = load_calibration(calibration)
+    validator = ExportValidator(
+        contract=contract,
+        config=config,
+        family=family,
+        dialect=dialect,
+        ep_rank=ep_rank,
+        ep_size=ep_size,
+        include_input_scale=include_input_scale,
+        calibration=calibration,
+        diagnose=diagnose,
+    )
+    with SafetensorsFolder(dump) as exported, SafetensorsFolder(master_path, device=device) as weights:
+        return validator.validate(exported, weights, duplicates=exported.duplicates)
