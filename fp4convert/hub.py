@@ -127,6 +127,7 @@ def hub_error(
 
     where = endpoint or "huggingface.co"
     cause = _http_cause(exc)
+    advice: str | None
     status = getattr(getattr(cause, "response", None), "status_code", None)
     server = getattr(cause, "server_message", None) or ""
     detail = server.strip() or str(cause or exc).strip().splitlines()[0]
@@ -188,8 +189,7 @@ def _offline_error(exc: BaseException, repo_id: str, endpoint: str | None, what:
     cause = _http_cause(exc)
     reason = f" ({type(cause).__name__})" if cause is not None else ""
     return HubError(
-        f"could not reach {endpoint or 'huggingface.co'}{reason} "
-        f"and {repo_id} ({what}) is not in the local cache",
+        f"could not reach {endpoint or 'huggingface.co'}{reason} and {repo_id} ({what}) is not in the local cache",
         hint="check the network (or HF_ENDPOINT), then run again",
         repo_id=repo_id,
     )

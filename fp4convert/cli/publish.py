@@ -26,9 +26,7 @@ def _progress(enabled: bool) -> Any:
                 where = payload["endpoint"] or "huggingface.co"
                 click.echo(f"reading {payload['repo_id']}@{payload['revision']} on {where}", err=True)
             case "create_repo":
-                click.echo(
-                    f"creating {payload['repo_id']}{' (private)' if payload['private'] else ''}", err=True
-                )
+                click.echo(f"creating {payload['repo_id']}{' (private)' if payload['private'] else ''}", err=True)
             case "create_branch":
                 click.echo(f"creating the branch {payload['branch']} from main", err=True)
             case "upload" if payload["files"]:
@@ -40,9 +38,7 @@ def _progress(enabled: bool) -> Any:
             case "commit":
                 click.echo(f"committing {payload['files']} files, deleting {payload['delete']}", err=True)
             case "check":
-                click.echo(
-                    f"checking the remote files of {payload['commit'][:12]} against the folder", err=True
-                )
+                click.echo(f"checking the remote files of {payload['commit'][:12]} against the folder", err=True)
 
     return hook
 
@@ -82,9 +78,7 @@ def _render_dry_run(pub: Publication) -> None:
     help="BF16 source (folder or repo id): re-derive every byte before publishing (the card says so).",
 )
 @click.option("--base-model", default=None, help="The card's base_model when the source was a local folder.")
-@click.option(
-    "--dry-run", is_flag=True, help="List every file with its size and print the card; no network access."
-)
+@click.option("--dry-run", is_flag=True, help="List every file with its size and print the card; no network access.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before changing the remote repo.")
 @options.device
 @options.quiet
@@ -140,8 +134,7 @@ def publish(
         click.echo(json.dumps(result.to_json(), indent=2))
     elif result.status == "unchanged":
         click.echo(
-            f"{repo_id}@{revision} already holds exactly {directory} (commit {result.commit[:12]}): "
-            "nothing to publish"
+            f"{repo_id}@{revision} already holds exactly {directory} (commit {result.commit[:12]}): nothing to publish"
         )
     else:
         click.echo(

@@ -596,7 +596,8 @@ def _scrubbed(exc: BaseException, token: str) -> BaseException:
 
     The cause is only printed with ``FP4CONVERT_DEBUG=1``, but a traceback is output too.
     """
-    chain, current = [], exc
+    chain: list[str] = []
+    current: BaseException | None = exc
     while current is not None and len(chain) < 20:
         chain.append(f"{type(current).__name__}: {current}")
         current = current.__cause__ or current.__context__
