@@ -32,6 +32,7 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("publish", "publish"),
     ("to_megatron", "to_megatron"),
     ("validate_export", "validate_export"),
+    ("bridge", "bridge"),
 )
 
 
