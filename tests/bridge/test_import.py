@@ -23,8 +23,10 @@ def _read(directory) -> dict[str, torch.Tensor]:
         return {name: folder[name] for name in folder}
 
 
-@pytest.mark.parametrize(("model", "layout"), [("qwen3_moe", "grouped"), ("qwen3_moe", "sequential"),
-                                               ("deepseek_v3", "grouped"), ("qwen3", "grouped")])
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [("qwen3_moe", "grouped"), ("qwen3_moe", "sequential"), ("deepseek_v3", "grouped"), ("qwen3", "grouped")],
+)
 def test_hf_megatron_hf_round_trip_is_byte_identical(model, layout, tiny_checkpoint, hf_state, config, tmp_path):
     source = tiny_checkpoint(model)
     before = tree_hashes(source)
