@@ -253,3 +253,44 @@ def test_output_is_a_complete_hf_folder(converted, tiny_checkpoint):
     assert {k: v for k, v in config.items() if k != "quantization_config"} == json.loads(
         (src / "config.json").read_text()
     )
+
+
+MIXED = """version: 1
+name: nvfp4-experts-mxfp8-attention
+formats: {nvfp4: {per_token_activations: true}}
+rules:
+  - {kind: glob, namespace: hf, pattern: "*.mlp.experts.*", format: nvfp4}
+  - {kind: glob, namespace: hf, pattern: "*.self_attn.*", format: mxfp8}
+default: bf16
+bf16_exceptions: {routers: true, lm_head: true}
+"""
+
+
+@pytest.mark.parametrize("dialect", ["modelopt", "compressed-tensors"])
+def test_mixed_precision_configs(tiny_checkpoint, tmp_path, dialect):
+    src = tiny_checkpoint("qwen3_moe")
+    convert_checkpoint(src, tmp_path / "o", contract=parse_contract(MIXED), dialect=dialect)
+    config = json.loads((tmp_path / "o" / "config.json").read_text())["quantization_config"]
+    if dialect == "modelopt":
+        # quantized_layers must be in config.json itself, or SGLang silently takes its w4afp8 path.
+        assert config["quant_algo"] == "MIXED_PRECISION"
+        layers = config["quantized_layers"]
+        assert layers["model.layers.0.mlp.experts.0.gate_proj"] == {"quant_algo": "NVFP4", "group_size": 16}
+        assert layers["model.layers.0.self_attn.q_proj"] == {"quant_algo": "MXFP8", "group_size": 32}
+        assert "lm_head" not in layers and "model.layers.0.mlp.gate" not in layers
+        nested = json.loads((tmp_path / "o" / "hf_quant_config.json").read_text())["quantization"]
+        assert nested["quant_algo"] == "MIXED_PRECISION" and nested["quantized_layers"] == layers
+    else:
+        assert config["format"] == "mixed-precision"
+        formats = {g["format"] for g in config["config_groups"].values()}
+        assert formats == {"nvfp4-pack-quantized", "mxfp8-quantized"}
+    assert verify_checkpoint(tmp_path / "o", source=src).ok
+
+
+@pytest.mark.parametrize("contract", [NVFP4_EXPERTS, MXFP8_ALL])
+def test_compressed_tensors_config_parses_with_the_library(converted, contract):
+    ct = pytest.importorskip("compressed_tensors.quantization")
+    out = converted("qwen3_moe", "compressed-tensors", contract)
+    config = ct.QuantizationConfig.model_validate(json.loads((out / "config.json").read_text())["quantization_config"])
+    assert config.quantization_status == "compressed"
+    assert all(len(group.targets) > 0 for group in config.config_groups.values())
