@@ -602,7 +602,15 @@ def explain(ctx: Context, failing: list[tuple[ExportItem, dict[str, int]]], max_
         cause = _structure_cause(ctx, item)
         if cause:
             ctx.set_cause({n for n, _, _ in item.outputs} | set(ctx.module_outputs(item.module)), cause)
+    # The fast path flags a member whose global scale differs from its unit's first member's; the
+    # finding belongs on the member(s) whose global scale is wrong, not on a right one.
+    broken_groups = {item.decision.fused_group for item, counts in failing if counts.get("shared")}
     for item, counts in failing:
+        if counts.get("shared"):
+            if not any(counts.get(k) for k in ("data", "scale", "global")):
+                continue  # itself right: its sibling is the one reported
+        if item.decision.fused_group in broken_groups and counts.get("global"):
+            counts = {**counts, "shared": 1}
         if "slow" in counts:
             if _all_same(ctx.actual(item), ctx.reference(item), {}):
                 continue
