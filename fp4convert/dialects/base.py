@@ -28,6 +28,20 @@ __all__ = ["Dialect", "OutputSpec", "Planned", "exclude_list", "module_of", "pro
 OutputSpec = tuple[str, str, tuple[int, ...]]
 
 
+PER_TOKEN_NOTE = (
+    "per-token NVFP4 activations: input_scale is a 1.0 placeholder; the serving engine must quantize "
+    "activations per token (SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1, fast-math off)"
+)
+
+
+def activation_mode_note(contract: Contract, items: Iterable[Planned]) -> dict[str, str]:
+    """The config entry recording that per-token activation mode is required (empty otherwise)."""
+    uses_nvfp4 = any(p.quantized and p.decision.format == "nvfp4" for p in items)
+    if uses_nvfp4 and contract.formats.nvfp4.per_token_activations:
+        return {"fp4convert_activation_mode": PER_TOKEN_NOTE}
+    return {}
+
+
 def producer() -> dict[str, str]:
     return {"name": "fp4convert", "version": __version__}
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from fp4convert.contract import Contract
-from fp4convert.dialects.base import Dialect, Planned, exclude_list
+from fp4convert.dialects.base import Dialect, Planned, activation_mode_note, exclude_list
 from fp4convert.formats import profiles
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.spec import NVFP4_GLOBAL_MAX
@@ -122,9 +122,5 @@ class CompressedTensorsDialect(Dialect):
             "ignore": exclude_list(items),
             "kv_cache_scheme": None,
         }
-        if "nvfp4" in by_format and self.per_token_activations:
-            config["fp4convert_activation_mode"] = (
-                "per-token NVFP4 activations: the serving engine quantizes activations itself "
-                "(e.g. SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1)"
-            )
+        config.update(activation_mode_note(contract, items))
         return config

@@ -19,7 +19,14 @@ from typing import Any, ClassVar
 import torch
 
 from fp4convert.contract import Contract
-from fp4convert.dialects.base import Dialect, Planned, calibrated_decode_scale, exclude_list, producer
+from fp4convert.dialects.base import (
+    Dialect,
+    Planned,
+    activation_mode_note,
+    calibrated_decode_scale,
+    exclude_list,
+    producer,
+)
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 
 __all__ = ["ModelOptDialect"]
@@ -75,6 +82,7 @@ class ModelOptDialect(Dialect):
             config["group_size"] = _ALGO[fmt]["group_size"]
         if contract.kv_cache == "fp8_e4m3":
             config["kv_cache_scheme"] = {"dynamic": False, "num_bits": 8, "type": "float"}
+        config.update(activation_mode_note(contract, items))
         return config
 
     def side_files(self, contract: Contract, items: list[Planned]) -> dict[str, Any]:

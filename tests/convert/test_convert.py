@@ -294,3 +294,11 @@ def test_compressed_tensors_config_parses_with_the_library(converted, contract):
     config = ct.QuantizationConfig.model_validate(json.loads((out / "config.json").read_text())["quantization_config"])
     assert config.quantization_status == "compressed"
     assert all(len(group.targets) > 0 for group in config.config_groups.values())
+
+
+@pytest.mark.parametrize("dialect", ["modelopt", "compressed-tensors"])
+def test_per_token_activation_mode_is_recorded_in_the_config(converted, dialect):
+    out = converted("qwen3_moe", dialect)
+    config = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert "SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1" in config["fp4convert_activation_mode"]
+    assert json.loads((out / "fp4convert.json").read_text())["activation_mode"] == "per-token"
