@@ -22,6 +22,7 @@ from fp4convert.megatron.export import export_hf
 from fp4convert.megatron.import_ import ImportReport, import_hf
 from fp4convert.megatron.plan import ExportItem, ExportPlan, export_plan
 from fp4convert.megatron.report import ExportReport, Finding
+from fp4convert.megatron.sources import SafetensorsFolder
 from fp4convert.megatron.validate import ExportValidator, validate_export, validate_export_files
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ExportValidator",
     "Finding",
     "ImportReport",
+    "SafetensorsFolder",
     "export_hf",
     "export_plan",
     "import_hf",
