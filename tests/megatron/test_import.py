@@ -141,7 +141,7 @@ def test_import_output_is_a_validate_export_master(tiny_checkpoint, tmp_path, mo
 
     out = tmp_path / "megatron"
     import_hf(tiny_checkpoint("qwen3_moe"), out)
-    hf, config = model("qwen3_moe")
+    _, config = model("qwen3_moe")
     with SafetensorsFolder(out) as master:
         exported = dict(export_hf(dict(master), contract=NVFP4_EXPERTS, family=None, config=config))
         assert validate_export(exported, master, contract=NVFP4_EXPERTS, family=None, config=config).ok
