@@ -31,7 +31,7 @@ from fp4convert.bridge.files import tensor_metas
 from fp4convert.bridge.report import ExportReport, Finding, TensorResult
 from fp4convert.bridge.tables import ConfigLike, ContractLike, FamilyLike, ModelTables, Piece, model_tables
 from fp4convert.checkpoint.safetensors_io import DTYPES
-from fp4convert.convert.groups import group_input_amax
+from fp4convert.convert.groups import group_input_amax, member_amax
 from fp4convert.convert.plan import PlannedTensor
 from fp4convert.dialects import Dialect, OutputSpec, get_dialect
 from fp4convert.errors import MappingError
@@ -264,6 +264,8 @@ class ExportValidator:
             contract quantizes activations per tensor and ``include_input_scale`` is set.
         diagnose: how many failing tensors to analyse for a first differing block and a cause.
         unit_bytes: master bytes validated per batch of experts (bounds memory).
+        stack: quantize each batch as one stacked tensor (default: on CUDA, where launches would
+            dominate) or tensor by tensor (default on the CPU); the bytes are the same.
 
     Raises:
         ConversionError: the dialect cannot express the contract.
@@ -286,6 +288,7 @@ class ExportValidator:
         calibration: Mapping[str, float] | None = None,
         diagnose: int = 32,
         unit_bytes: int = UNIT_BYTES,
+        stack: bool | None = None,
     ) -> None:
         self.tables = model_tables(contract, config, family)
         per_token = self.tables.contract.formats.nvfp4.per_token_activations
@@ -297,6 +300,7 @@ class ExportValidator:
         self.calibration = None if calibration is None else dict(calibration)
         self.diagnose = diagnose
         self.unit_bytes = unit_bytes
+        self.stack = stack
         self._plans: OrderedDict[int, _Plan] = OrderedDict()
 
     def plan(self, master: Mapping[str, torch.Tensor]) -> _Plan:
@@ -354,7 +358,8 @@ class ExportValidator:
         byte_flags: list[tuple[list[int], torch.Tensor]] = []
         sibling_flags: list[tuple[list[int], torch.Tensor]] = []
         for unit in plan.units:
-            _run_unit(
+            stack = device.type != "cpu" if self.stack is None else self.stack
+            run = _UnitRun(
                 unit,
                 plan,
                 exported,
@@ -363,9 +368,9 @@ class ExportValidator:
                 self.tables.contract.quantizer,
                 self.dialect,
                 device,
-                byte_flags,
-                sibling_flags,
+                stack=stack,
             )
+            run.run(byte_flags, sibling_flags)
         byte_ok = _read_back(byte_flags)  # the one host synchronization of the fast path
         sibling_ok = _read_back(sibling_flags)
         for index, ok in byte_ok.items():
@@ -421,119 +426,182 @@ def _read_back(flags: list[tuple[list[int], torch.Tensor]]) -> dict[int, bool]:
     return dict(zip(indices, values, strict=True))
 
 
-def _stack_exported(exported: Mapping[str, torch.Tensor], names: list[str], device: torch.device) -> torch.Tensor:
-    tensors = [exported[name] for name in names]
-    stacked = torch.stack([t.reshape(t.shape or ()) for t in tensors])
-    return stacked.to(device)
+def _rows_equal(found: torch.Tensor, reference: torch.Tensor, n: int) -> torch.Tensor:
+    """Per stacked tensor: are all its bytes equal? (compared as int64 words where rows allow)."""
+    a, b = bits(found).reshape(n, -1), bits(reference).reshape(n, -1)
+    width = a.shape[1] * a.element_size()
+    if width % 8 == 0 and a.is_contiguous() and b.is_contiguous():  # 8x fewer comparisons
+        a, b = a.view(torch.uint8).view(torch.int64), b.view(torch.uint8).view(torch.int64)
+    return (a == b).all(dim=1)
 
 
-def _references(
-    unit: _Unit, stacks: list[torch.Tensor], profile: str, dialect: Dialect
-) -> list[dict[str, torch.Tensor]]:
-    """The reference tensors of each batch, by role, stacked (one quantizer call per batch)."""
-    shared = None
-    if unit.nvfp4:
-        # Each stacked tensor's own amax, then the max over each fused group: its shared outer amax.
-        own = torch.cat(
-            [
-                kernels.row_amax(x.reshape(-1, b.cols)).reshape(len(b.sources), b.rows).amax(dim=1)
-                for b, x in zip(unit.batches, stacks, strict=True)
-                if b.fmt == "nvfp4"
-            ]
-        )
+def _same_bytes(found: torch.Tensor, reference: torch.Tensor) -> bool:
+    return found.shape == reference.shape and torch.equal(bits(found).reshape(-1), bits(reference).reshape(-1))
+
+
+def _quantize(
+    fmt: str, x: torch.Tensor, *, tile: str, scope: str, amax: torch.Tensor | None, profile: str, dialect: Dialect
+) -> dict[str, torch.Tensor]:
+    """The data / scale / global tensors the dialect sends for ``x`` (one tensor or a stack)."""
+    if fmt == "nvfp4":
+        q = quantize_nvfp4(x, tile=tile, scope=scope, amax=amax, profile=profile)  # type: ignore[arg-type]
+        assert q.data is not None and q.scale is not None  # rowwise is always produced
+        return {"data": q.data, "scale": q.scale, "global": dialect.global_scale(q)}
+    mx = quantize_mxfp8(x)
+    return {"data": mx.data, "scale": mx.scale}
+
+
+class _UnitRun:
+    """The reference and the comparison for one unit, producing device booleans (no host sync).
+
+    On CUDA every batch is stacked and quantized in one call (``scope="expert"``: one outer amax
+    per stacked tensor, the bytes of one call per tensor), so launches do not dominate. On the CPU
+    the kernel is already one multi-threaded call per tensor and a stack would only add a copy of
+    the layer, so tensors are quantized one by one. Both give the converter's bytes.
+    """
+
+    def __init__(
+        self,
+        unit: _Unit,
+        plan: _Plan,
+        exported: Mapping[str, torch.Tensor],
+        master: Mapping[str, torch.Tensor],
+        eligible: list[bool],
+        profile: str,
+        dialect: Dialect,
+        device: torch.device,
+        *,
+        stack: bool,
+    ) -> None:
+        self.unit, self.plan, self.exported, self.eligible = unit, plan, exported, eligible
+        self.profile, self.dialect, self.device = profile, dialect, device
+        self.stacked = stack
+        held = {key: master[key] for key in unit.master_keys}  # each master tensor read once per unit
+        self.values = {
+            i: plan.sources[i].piece.take(held[plan.sources[i].piece.source]) for b in unit.batches for i in b.sources
+        }
+        self.bf16 = {i: plan.sources[i].piece.take(held[plan.sources[i].piece.source]) for i in unit.bf16}
+
+    def run(
+        self, byte_flags: list[tuple[list[int], torch.Tensor]], sibling_flags: list[tuple[list[int], torch.Tensor]]
+    ) -> None:
+        unit = self.unit
+        stacks = [torch.stack([self.values[i] for i in b.sources]) for b in unit.batches] if self.stacked else []
+        shared = self._shared_amax(stacks)
+        scales = []
+        offset = 0
+        for n, batch in enumerate(unit.batches):
+            amax = None
+            if batch.fmt == "nvfp4":
+                amax = shared[offset : offset + len(batch.sources)]
+                offset += len(batch.sources)
+            check = self._check_stacked if self.stacked else self._check_each
+            kept, ok, batch_scales = check(batch, stacks[n] if self.stacked else None, amax)
+            if kept:
+                byte_flags.append((kept, ok))
+            if batch_scales is not None:
+                scales.append(batch_scales)
+        if scales:
+            # Exported siblings must carry one outer scale: compare each with its group's first member.
+            exported_scales = torch.cat(scales)
+            _, first = unit.indices(exported_scales.device)
+            sibling_flags.append((unit.nvfp4, exported_scales == exported_scales[first]))
+        for index, want in self.bf16.items():
+            if self.eligible[index]:
+                found = self.exported[self.plan.sources[index].name].to(want.device)
+                same = (bits(found).reshape(-1) == bits(want.contiguous()).reshape(-1)).all()
+                byte_flags.append(([index], same.reshape(1)))
+
+    def _shared_amax(self, stacks: list[torch.Tensor]) -> torch.Tensor:
+        """Each NVFP4 tensor's outer amax: the max over its fused group's members (their shared amax)."""
+        unit = self.unit
+        if not unit.nvfp4:
+            return torch.empty(0)
+        if self.stacked:
+            own = torch.cat(
+                [
+                    kernels.row_amax(x.reshape(-1, b.cols)).reshape(len(b.sources), b.rows).amax(dim=1)
+                    for b, x in zip(unit.batches, stacks, strict=True)
+                    if b.fmt == "nvfp4"
+                ]
+            )
+        else:
+            own = torch.stack([member_amax(self.values[i]) for i in unit.nvfp4])
         slots, _ = unit.indices(own.device)
         group_amax = torch.zeros(unit.num_slots, dtype=torch.float32, device=own.device)
-        shared = group_amax.scatter_reduce(0, slots, own, reduce="amax", include_self=False)[slots]
-    references = []
-    offset = 0
-    for batch, x in zip(unit.batches, stacks, strict=True):
+        return group_amax.scatter_reduce(0, slots, own, reduce="amax", include_self=False)[slots]
+
+    def _names(self, kept: list[int], role: str) -> list[str]:
+        return [self.plan.sources[i].roles[role] for i in kept]
+
+    def _check_stacked(
+        self, batch: _Batch, x: torch.Tensor | None, amax: torch.Tensor | None
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor | None]:
+        """(compared sources, whether each equals its reference, every source's exported outer-scale bits).
+
+        Sources with a structural finding are not compared; their outer scale is the reference's, so
+        they cannot fail a sibling's shared-scale check.
+        """
+        assert x is not None
         n = len(batch.sources)
-        if batch.fmt == "nvfp4" and shared is not None:
-            amax = shared[offset : offset + n]
-            offset += n
-            q = quantize_nvfp4(x, tile=batch.tile, scope="expert", amax=amax, profile=profile)  # type: ignore[arg-type]
-            assert q.data is not None and q.scale is not None  # rowwise is always produced
-            references.append({"data": q.data, "scale": q.scale, "global": dialect.global_scale(q).reshape(n)})
-        else:
-            mx = quantize_mxfp8(x)
-            references.append({"data": mx.data, "scale": mx.scale})
-    return references
-
-
-def _compare(
-    batch: _Batch,
-    reference: dict[str, torch.Tensor],
-    plan: _Plan,
-    exported: Mapping[str, torch.Tensor],
-    eligible: list[bool],
-) -> tuple[list[int], torch.Tensor, torch.Tensor | None]:
-    """(compared sources, whether each equals its reference, every source's exported outer-scale bits).
-
-    Sources with a structural finding are not compared; their outer scale is taken from the
-    reference, so they cannot fail a sibling's shared-scale check.
-    """
-    n = len(batch.sources)
-    device = reference["data"].device
-    keep = [k for k, i in enumerate(batch.sources) if eligible[i]]
-    kept = [batch.sources[k] for k in keep]
-    select = None if len(keep) == n else torch.tensor(keep, dtype=torch.int64, device=device)
-    ok = torch.ones(len(keep), dtype=torch.bool, device=device)
-    scales = bits(reference["global"]).clone() if "global" in reference else None
-    if not kept:
+        reference = _quantize(
+            batch.fmt, x, tile=batch.tile, scope="expert", amax=amax, profile=self.profile, dialect=self.dialect
+        )
+        keep = [k for k, i in enumerate(batch.sources) if self.eligible[i]]
+        kept = [batch.sources[k] for k in keep]
+        select = None if len(keep) == n else torch.tensor(keep, dtype=torch.int64, device=x.device)
+        ok = torch.ones(len(keep), dtype=torch.bool, device=x.device)
+        scales = bits(reference["global"]).reshape(n).clone() if "global" in reference else None
+        if not kept:
+            return kept, ok, scales
+        for role, ref in reference.items():
+            ref = ref if select is None else ref.index_select(0, select)
+            found = torch.stack([self.exported[name].reshape(ref.shape[1:]) for name in self._names(kept, role)])
+            found = found.to(x.device)
+            ok &= _rows_equal(found, ref, len(keep))
+            if role == "global" and scales is not None:
+                if select is None:
+                    scales = bits(found).reshape(n)
+                else:
+                    scales[select] = bits(found).reshape(-1)
+        if "input" in self.plan.sources[kept[0]].roles:
+            ok &= self._input_scales_equal(kept, x.device)
         return kept, ok, scales
-    for role, ref in reference.items():
-        ref = ref if select is None else ref.index_select(0, select)
-        found = _stack_exported(exported, [plan.sources[i].roles[role] for i in kept], device)
-        ok &= (bits(found).reshape(len(keep), -1) == bits(ref).reshape(len(keep), -1)).all(dim=1)
-        if role == "global" and scales is not None:
-            if select is None:
-                scales = bits(found).reshape(n)
-            else:
-                scales[select] = bits(found).reshape(-1)
-    if "input" in plan.sources[kept[0]].roles:
-        expected = torch.stack([plan.sources[i].input_scale for i in kept]).to(device)  # type: ignore[misc]
-        found = _stack_exported(exported, [plan.sources[i].roles["input"] for i in kept], device)
-        ok &= bits(found).reshape(-1) == bits(expected).reshape(-1)
-    return kept, ok, scales
 
+    def _check_each(
+        self, batch: _Batch, x: torch.Tensor | None, amax: torch.Tensor | None
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor | None]:
+        """:meth:`_check_stacked`, one tensor at a time (CPU)."""
+        kept, flags, scales = [], [], []
+        for k, index in enumerate(batch.sources):
+            reference = _quantize(
+                batch.fmt,
+                self.values[index],
+                tile=batch.tile,
+                scope="tensor",
+                amax=None if amax is None else amax[k],
+                profile=self.profile,
+                dialect=self.dialect,
+            )
+            roles = self.plan.sources[index].roles
+            if "global" in reference:
+                scales.append(bits(reference["global"]).reshape(()))
+            if not self.eligible[index]:
+                continue
+            kept.append(index)
+            found = {role: self.exported[roles[role]] for role in reference}
+            flags.append(all(_same_bytes(found[r].reshape(ref.shape), ref) for r, ref in reference.items()))
+            if "global" in reference:
+                scales[-1] = bits(found["global"]).reshape(())
+        ok = torch.tensor(flags, dtype=torch.bool)
+        if kept and "input" in self.plan.sources[kept[0]].roles:
+            ok &= self._input_scales_equal(kept, torch.device("cpu"))
+        return kept, ok, torch.stack(scales) if scales else None
 
-def _run_unit(
-    unit: _Unit,
-    plan: _Plan,
-    exported: Mapping[str, torch.Tensor],
-    master: Mapping[str, torch.Tensor],
-    eligible: list[bool],
-    profile: str,
-    dialect: Dialect,
-    device: torch.device,
-    byte_flags: list[tuple[list[int], torch.Tensor]],
-    sibling_flags: list[tuple[list[int], torch.Tensor]],
-) -> None:
-    """Reference and comparison for one unit, appending device booleans (no host synchronization)."""
-    held = {key: master[key] for key in unit.master_keys}  # each master tensor read once per unit
-
-    def values(index: int) -> torch.Tensor:
-        piece = plan.sources[index].piece
-        return piece.take(held[piece.source])
-
-    stacks = [torch.stack([values(i) for i in batch.sources]) for batch in unit.batches]
-    scales = []
-    for batch, reference in zip(unit.batches, _references(unit, stacks, profile, dialect), strict=True):
-        kept, ok, batch_scales = _compare(batch, reference, plan, exported, eligible)
-        if kept:
-            byte_flags.append((kept, ok))
-        if batch_scales is not None:
-            scales.append(batch_scales)
-    if scales:
-        # Exported siblings must carry one outer scale: compare each with its group's first member.
-        exported_scales = torch.cat(scales)
-        _, first = unit.indices(exported_scales.device)
-        sibling_flags.append((unit.nvfp4, exported_scales == exported_scales[first]))
-    for index in unit.bf16:
-        if eligible[index]:
-            found = exported[plan.sources[index].name].to(device)
-            same = (bits(found).reshape(-1) == bits(values(index).contiguous()).reshape(-1)).all()
-            byte_flags.append(([index], same.reshape(1)))
+    def _input_scales_equal(self, kept: list[int], device: torch.device) -> torch.Tensor:
+        expected = torch.stack([self.plan.sources[i].input_scale for i in kept]).to(device)  # type: ignore[misc]
+        found = torch.stack([self.exported[name].reshape(()) for name in self._names(kept, "input")]).to(device)
+        return bits(found).reshape(-1) == bits(expected).reshape(-1)
 
 
 _VALIDATORS: OrderedDict[str, ExportValidator] = OrderedDict()
@@ -552,6 +620,7 @@ def validate_export(
     include_input_scale: bool = False,
     calibration: Mapping[str, float] | None = None,
     diagnose: int = 32,
+    stack: bool | None = None,
 ) -> ExportReport:
     """Check that ``exported`` is exactly what the contract makes of ``master``.
 
@@ -574,6 +643,7 @@ def validate_export(
             update must not, which is the default).
         calibration: activation amaxes for the expected activation scales (calibrated contracts).
         diagnose: how many failing tensors get a first differing block and a likely cause.
+        stack: quantize batches stacked (default on CUDA) or tensor by tensor (default on the CPU).
 
     Returns:
         An :class:`~fp4convert.bridge.report.ExportReport`; ``report.ok`` is the verdict and
@@ -600,7 +670,7 @@ def validate_export(
     """
     tables = model_tables(contract, config, family)
     key = json.dumps(
-        [id(tables), dialect, ep_rank, ep_size, include_input_scale, calibration, diagnose],
+        [id(tables), dialect, ep_rank, ep_size, include_input_scale, calibration, diagnose, stack],
         sort_keys=True,
         default=str,
     )
@@ -616,6 +686,7 @@ def validate_export(
             include_input_scale=include_input_scale,
             calibration=calibration,
             diagnose=diagnose,
+            stack=stack,
         )
         _VALIDATORS[key] = validator
         while len(_VALIDATORS) > 4:

@@ -14,7 +14,8 @@ import torch
 from _helpers import MXFP8_ALL, NVFP4_EXPERTS
 from bridge.helpers import DEEPSEEK_MXFP8, INPUT_SCALES, LAST_LAYERS_BF16, NVFP4_ALL
 
-from fp4convert.bridge import export_hf, validate_export
+from fp4convert.bridge import export_hf
+from fp4convert.bridge import validate_export as validate_export_default
 from fp4convert.bridge.tables import model_tables
 from fp4convert.contract import load_contract
 from fp4convert.convert.groups import quantize_members
@@ -49,6 +50,18 @@ def _requantize(exported, hf, names, *, contract=NVFP4_EXPERTS, model_config, pr
     return exported
 
 
+@pytest.fixture(autouse=True, params=[False, True], ids=["per-tensor", "stacked"])
+def stack(request):
+    """Every test runs both reference strategies: one quantizer call per tensor (the CPU default)
+    and per stacked batch (the CUDA default); the verdicts and findings must be the same."""
+    return request.param
+
+
+@pytest.fixture
+def validate_export(stack):
+    return lambda *args, **kwargs: validate_export_default(*args, stack=stack, **kwargs)
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.reshape(-1).contiguous().view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
 
@@ -59,7 +72,7 @@ def _failures(report) -> dict[str, list]:
 
 @pytest.mark.parametrize(("model", "dialect", "contract"), CASES, ids=[f"{m}-{d}-{c.stem}" for m, d, c in CASES])
 def test_an_exact_export_passes_against_megatron_and_hf_masters(
-    model, dialect, contract, megatron_state, hf_state, config
+    validate_export, model, dialect, contract, megatron_state, hf_state, config
 ):
     exported = _export(megatron_state, config, model, contract, dialect=dialect)
     kwargs = {"contract": contract, "config": config(model), "dialect": dialect}
@@ -71,7 +84,7 @@ def test_an_exact_export_passes_against_megatron_and_hf_masters(
         report.raise_for_failures()  # no-op
 
 
-def test_a_converted_checkpoint_passes_when_input_scales_are_expected(converted, hf_state, config):
+def test_a_converted_checkpoint_passes_when_input_scales_are_expected(validate_export, converted, hf_state, config):
     checkpoint = converted("qwen3_moe", "modelopt", NVFP4_EXPERTS)
     kwargs = {"contract": NVFP4_EXPERTS, "config": config("qwen3_moe")}
     assert validate_export(checkpoint, hf_state("qwen3_moe"), include_input_scale=True, **kwargs).ok
@@ -80,7 +93,7 @@ def test_a_converted_checkpoint_passes_when_input_scales_are_expected(converted,
     assert report.counts()["input-scale"] == 24
 
 
-def test_gate_and_up_quantized_with_separate_scales(megatron_state, hf_state, config):
+def test_gate_and_up_quantized_with_separate_scales(validate_export, megatron_state, hf_state, config):
     hf = hf_state("qwen3_moe")
     gate, up = f"{EXPERT}.gate_proj.weight", f"{EXPERT}.up_proj.weight"
     exported = _requantize(
@@ -106,7 +119,7 @@ def test_gate_and_up_quantized_with_separate_scales(megatron_state, hf_state, co
     )
 
 
-def test_a_last_layer_the_contract_keeps_bf16_was_quantized(megatron_state, config):
+def test_a_last_layer_the_contract_keeps_bf16_was_quantized(validate_export, megatron_state, config):
     exported = _export(megatron_state, config, contract=NVFP4_EXPERTS)  # the exporter ignores last_layers
     report = validate_export(
         exported, megatron_state("qwen3_moe"), contract=LAST_LAYERS_BF16, config=config("qwen3_moe")
@@ -127,7 +140,7 @@ def test_a_last_layer_the_contract_keeps_bf16_was_quantized(megatron_state, conf
     assert report.counts()["extra"] == 0  # the stray scales are part of the format finding
 
 
-def test_mla_kv_b_proj_quantized(megatron_state, config):
+def test_mla_kv_b_proj_quantized(validate_export, megatron_state, config):
     strict = load_contract(NVFP4_ALL)
     loose = strict.model_validate(
         {
@@ -149,7 +162,7 @@ def test_mla_kv_b_proj_quantized(megatron_state, config):
 
 
 @pytest.mark.parametrize("profile", ["modelopt", "te-2.13"])
-def test_an_arithmetic_profile_mismatch_is_named(profile, megatron_state, hf_state, config):
+def test_an_arithmetic_profile_mismatch_is_named(validate_export, profile, megatron_state, hf_state, config):
     hf = hf_state("qwen3_moe")
     master = megatron_state("qwen3_moe")
     kwargs = {"contract": NVFP4_EXPERTS, "config": config("qwen3_moe")}
@@ -182,7 +195,7 @@ def test_an_arithmetic_profile_mismatch_is_named(profile, megatron_state, hf_sta
         )
 
 
-def test_a_scale_one_ulp_off_points_at_an_approximate_reciprocal(megatron_state, config):
+def test_a_scale_one_ulp_off_points_at_an_approximate_reciprocal(validate_export, megatron_state, config):
     exported = _export(megatron_state, config)
     name = f"{EXPERT}.down_proj.weight_scale_2"
     exported[name] = torch.nextafter(exported[name], torch.tensor(float("inf")))
@@ -200,7 +213,7 @@ def test_a_scale_one_ulp_off_points_at_an_approximate_reciprocal(megatron_state,
     )
 
 
-def test_a_stale_tensor_from_an_older_step(megatron_state, config):
+def test_a_stale_tensor_from_an_older_step(validate_export, megatron_state, config):
     master = megatron_state("qwen3_moe")
     fc1 = "decoder.layers.0.mlp.experts.linear_fc1.weight2"
     older = dict(master)
@@ -233,7 +246,7 @@ def test_a_stale_tensor_from_an_older_step(megatron_state, config):
     )
 
 
-def test_a_corrupted_byte_is_located_without_blaming_the_weights(megatron_state, config):
+def test_a_corrupted_byte_is_located_without_blaming_the_weights(validate_export, megatron_state, config):
     exported = _export(megatron_state, config)
     name = f"{EXPERT}.down_proj.weight"
     exported[name] = exported[name].clone()
@@ -249,7 +262,7 @@ def test_a_corrupted_byte_is_located_without_blaming_the_weights(megatron_state,
     assert "stale" in finding.cause and "corrupted bytes" in finding.cause
 
 
-def test_a_bf16_tensor_from_another_master(megatron_state, hf_state, config):
+def test_a_bf16_tensor_from_another_master(validate_export, megatron_state, hf_state, config):
     exported = _export(megatron_state, config)
     router = "model.layers.0.mlp.gate.weight"
     exported[router] = hf_state("qwen3_moe")["model.layers.2.mlp.gate.weight"]
@@ -263,7 +276,7 @@ def test_a_bf16_tensor_from_another_master(megatron_state, hf_state, config):
     assert finding.cause == "not the master's values: a stale tensor from an older step, or another master"
 
 
-def test_expert_ids_not_offset_by_the_ep_rank(megatron_state, hf_state, config):
+def test_expert_ids_not_offset_by_the_ep_rank(validate_export, megatron_state, hf_state, config):
     rank1 = megatron_state("qwen3_moe", ep_rank=1, ep_size=2)  # global experts 2, 3 as local 0, 1
     # The faulty exporter names rank 1's local experts as if it were rank 0.
     exported = _export(megatron_state, config, state=rank1, ep_rank=0, ep_size=2)
@@ -290,7 +303,7 @@ def test_expert_ids_not_offset_by_the_ep_rank(megatron_state, hf_state, config):
     )
 
 
-def test_input_scale_in_a_live_update(megatron_state, config):
+def test_input_scale_in_a_live_update(validate_export, megatron_state, config):
     exported = _export(megatron_state, config, include_input_scale=True)
     report = validate_export(exported, megatron_state("qwen3_moe"), contract=NVFP4_EXPERTS, config=config("qwen3_moe"))
     (finding,) = _failures(report)[f"{EXPERT}.up_proj.weight"]
@@ -299,7 +312,7 @@ def test_input_scale_in_a_live_update(megatron_state, config):
     assert report.counts() == {**report.counts(), "input-scale": 24, "extra": 0, "bytes": 0}
 
 
-def test_missing_wrong_dtype_and_unknown_tensors(megatron_state, config):
+def test_missing_wrong_dtype_and_unknown_tensors(validate_export, megatron_state, config):
     exported = _export(megatron_state, config)
     del exported[f"{EXPERT}.gate_proj.weight_scale_2"]
     exported[f"{EXPERT}.down_proj.weight_scale_2"] = exported[f"{EXPERT}.down_proj.weight_scale_2"].half()
@@ -323,7 +336,7 @@ def test_missing_wrong_dtype_and_unknown_tensors(megatron_state, config):
         report.raise_for_failures()
 
 
-def test_the_report_as_json(megatron_state, config):
+def test_the_report_as_json(validate_export, megatron_state, config):
     exported = _export(megatron_state, config)
     del exported["model.norm.weight"]
     data = validate_export(
@@ -349,7 +362,7 @@ def test_the_report_as_json(megatron_state, config):
     }
 
 
-def test_an_incomplete_master_group_is_an_error(megatron_state, config):
+def test_an_incomplete_master_group_is_an_error(validate_export, megatron_state, config):
     master = megatron_state("deepseek_v3")
     del master["decoder.layers.0.self_attention.linear_kv_down_proj.weight"]
     with pytest.raises(
@@ -360,7 +373,7 @@ def test_an_incomplete_master_group_is_an_error(megatron_state, config):
         validate_export({}, master, contract=NVFP4_ALL, config=config("deepseek_v3"))
 
 
-def test_the_diagnosis_limit_keeps_big_failures_cheap(megatron_state, config):
+def test_the_diagnosis_limit_keeps_big_failures_cheap(validate_export, megatron_state, config):
     exported = _export(megatron_state, config)
     for name in [n for n in exported if n.endswith("weight_scale_2")]:
         exported[name] = exported[name] * 2
@@ -378,7 +391,7 @@ def test_the_diagnosis_limit_keeps_big_failures_cheap(megatron_state, config):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_validation_passes_and_catches_a_fault(megatron_state, config):
+def test_cuda_validation_passes_and_catches_a_fault(validate_export, megatron_state, config):
     master = {n: t.cuda() for n, t in megatron_state("deepseek_v3").items()}
     kwargs = {"contract": NVFP4_ALL, "config": config("deepseek_v3")}
     exported = dict(export_hf(master, **kwargs))
