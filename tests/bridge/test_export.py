@@ -5,23 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
-from bridge.helpers import DEEPSEEK_MXFP8, INPUT_SCALES, NVFP4_ALL, assert_same_tensors
+from bridge.helpers import CASE_IDS, CASES, INPUT_SCALES, NVFP4_ALL, assert_same_tensors
 
 from fp4convert.bridge import export_hf
 from fp4convert.errors import ConversionError, MappingError
 
-CASES = [
-    ("qwen3_moe", "modelopt", NVFP4_EXPERTS),
-    ("qwen3_moe", "compressed-tensors", NVFP4_EXPERTS),
-    ("qwen3_moe", "sglang-mxfp8", MXFP8_ALL),
-    ("qwen3_moe", "modelopt", NVFP4_ALL),
-    ("deepseek_v3", "modelopt", NVFP4_ALL),
-    ("deepseek_v3", "compressed-tensors", NVFP4_ALL),
-    ("deepseek_v3", "sglang-mxfp8", DEEPSEEK_MXFP8),
-]
 
-
-@pytest.mark.parametrize(("model", "dialect", "contract"), CASES, ids=[f"{m}-{d}-{c.stem}" for m, d, c in CASES])
+@pytest.mark.parametrize(("model", "dialect", "contract"), CASES, ids=CASE_IDS)
 def test_a_live_update_is_the_converted_checkpoint(model, dialect, contract, megatron_state, config, converted):
     checkpoint = converted(model, dialect, contract)
     kwargs = {"contract": contract, "config": config(model), "dialect": dialect}

@@ -11,8 +11,8 @@ import re
 
 import pytest
 import torch
-from _helpers import MXFP8_ALL, NVFP4_EXPERTS
-from bridge.helpers import DEEPSEEK_MXFP8, INPUT_SCALES, LAST_LAYERS_BF16, NVFP4_ALL
+from _helpers import NVFP4_EXPERTS
+from bridge.helpers import CASE_IDS, CASES, INPUT_SCALES, LAST_LAYERS_BF16, NVFP4_ALL
 
 from fp4convert.bridge import export_hf
 from fp4convert.bridge import validate_export as validate_export_default
@@ -23,14 +23,6 @@ from fp4convert.dialects import get_dialect
 from fp4convert.errors import MappingError, VerificationError
 
 EXPERT = "model.layers.0.mlp.experts.1"
-CASES = [
-    ("qwen3_moe", "modelopt", NVFP4_EXPERTS),
-    ("qwen3_moe", "compressed-tensors", NVFP4_EXPERTS),
-    ("qwen3_moe", "sglang-mxfp8", MXFP8_ALL),
-    ("qwen3_moe", "modelopt", NVFP4_ALL),
-    ("deepseek_v3", "modelopt", NVFP4_ALL),
-    ("deepseek_v3", "sglang-mxfp8", DEEPSEEK_MXFP8),
-]
 
 
 def _export(megatron_state, config, model="qwen3_moe", contract=NVFP4_EXPERTS, **kwargs):
@@ -70,7 +62,7 @@ def _failures(report) -> dict[str, list]:
     return {r.name: r.findings for r in report.failures}
 
 
-@pytest.mark.parametrize(("model", "dialect", "contract"), CASES, ids=[f"{m}-{d}-{c.stem}" for m, d, c in CASES])
+@pytest.mark.parametrize(("model", "dialect", "contract"), CASES, ids=CASE_IDS)
 def test_an_exact_export_passes_against_megatron_and_hf_masters(
     validate_export, model, dialect, contract, megatron_state, hf_state, config
 ):
