@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from fp4convert import __version__
@@ -195,6 +197,32 @@ def _offline_error(exc: BaseException, repo_id: str, endpoint: str | None, what:
     )
 
 
+@contextmanager
+def _download_errors(repo_id: str, what: str, *, revision: str | None, endpoint: str | None) -> Iterator[None]:
+    """huggingface_hub's download errors as one :class:`HubError` each (``what``: what was fetched)."""
+    from huggingface_hub.errors import EntryNotFoundError, HTTPError, LocalEntryNotFoundError
+
+    try:
+        yield
+    except LocalEntryNotFoundError as exc:  # offline, or unreachable, and not (fully) cached
+        raise _offline_error(exc, repo_id, endpoint, what) from exc
+    except EntryNotFoundError as exc:  # the remote one (the local one is caught above)
+        raise HubError(
+            f"{repo_id} (revision {revision or 'main'}) has no {what}",
+            hint="pass the repo of a transformers checkpoint",
+            repo_id=repo_id,
+        ) from exc
+    except HTTPError as exc:
+        raise hub_error(
+            exc,
+            doing=f"downloading the {what} of {repo_id}",
+            repo_id=repo_id,
+            endpoint=endpoint,
+            revision=revision,
+            hint="check the network (or HF_ENDPOINT), then run again",
+        ) from exc
+
+
 def resolve_source(source: str | Path, *, revision: str | None = None, endpoint: str | None = None) -> Path:
     """A local checkpoint directory for ``source``: the directory itself, or a Hub snapshot.
 
@@ -231,10 +259,9 @@ def resolve_source(source: str | Path, *, revision: str | None = None, endpoint:
             found=text,
         )
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HTTPError, LocalEntryNotFoundError
 
     endpoint = hub_endpoint(endpoint)
-    try:
+    with _download_errors(text, "source checkpoint", revision=revision, endpoint=endpoint):
         snapshot = Path(
             snapshot_download(
                 repo_id=text,
@@ -245,17 +272,6 @@ def resolve_source(source: str | Path, *, revision: str | None = None, endpoint:
                 library_version=__version__,
             )
         )
-    except LocalEntryNotFoundError as exc:  # offline, or unreachable, and not (fully) cached
-        raise _offline_error(exc, text, endpoint, "source checkpoint") from exc
-    except HTTPError as exc:
-        raise hub_error(
-            exc,
-            doing=f"downloading {text}",
-            repo_id=text,
-            endpoint=endpoint,
-            revision=revision,
-            hint="check the network (or HF_ENDPOINT), then run again",
-        ) from exc
     if not any(snapshot.glob("*.safetensors")):
         raise HubError(
             f"{text} (revision {revision or 'main'}) has no *.safetensors weights",
@@ -293,10 +309,9 @@ def resolve_model_config(model: str, *, revision: str | None = None, endpoint: s
             raise _no_local_revision(model, revision)
         return model
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, HTTPError, LocalEntryNotFoundError
 
     endpoint = hub_endpoint(endpoint)
-    try:
+    with _download_errors(model, "config.json", revision=revision, endpoint=endpoint):
         return hf_hub_download(
             repo_id=model,
             filename="config.json",
@@ -305,20 +320,3 @@ def resolve_model_config(model: str, *, revision: str | None = None, endpoint: s
             library_name="fp4convert",
             library_version=__version__,
         )
-    except LocalEntryNotFoundError as exc:
-        raise _offline_error(exc, model, endpoint, "config.json") from exc
-    except EntryNotFoundError as exc:
-        raise HubError(
-            f"{model} (revision {revision or 'main'}) has no config.json",
-            hint="--model needs a transformers checkpoint repo",
-            repo_id=model,
-        ) from exc
-    except HTTPError as exc:
-        raise hub_error(
-            exc,
-            doing=f"downloading {model}/config.json",
-            repo_id=model,
-            endpoint=endpoint,
-            revision=revision,
-            hint="check the network (or HF_ENDPOINT), then run again",
-        ) from exc

@@ -29,6 +29,7 @@ by ``hf auth login``); they are sent to the endpoint only and scrubbed from ever
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -300,8 +301,6 @@ def prepare_publication(
         compared_with_source=report.compared_with_source,
         base_model=base_model,
     )
-    import hashlib
-
     data = card.encode()
     readme = LocalFile(CARD_NAME, len(data), hashlib.sha256(data).hexdigest(), content=data)
     files = sorted([*_local_files(directory), readme], key=lambda f: f.path)
