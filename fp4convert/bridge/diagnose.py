@@ -16,6 +16,7 @@ A cause is reported only when a replay matches byte for byte, never as a guess.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,7 +44,9 @@ _QUANTIZED_SUFFIXES = (
 )
 _INPUT_SUFFIXES = ("input_scale", "input_global_scale")
 _KIND_LABEL = {"gate_up": "gate/up", "qkv": "q/k/v", "mla_qa_kva": "q_a/kv_a"}
-_HIGH_PRECISION = ("BF16", "F16", "F32")
+#: master tensors the diagnosis keeps at once, and experts it replays per tensor
+_HELD = 16
+_PEERS = 64
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
@@ -120,7 +123,7 @@ class Diagnoser:
         self.profile = tables.contract.quantizer
         self._used = 0
         self._claimed: set[str] = set()
-        self._held: dict[str, torch.Tensor] = {}
+        self._held: OrderedDict[str, torch.Tensor] = OrderedDict()  # a few recent master tensors
         self._ep_matches: dict[str, str] = {}  # expected tensor -> unexpected name holding its bytes
 
     # -- structure ------------------------------------------------------------------------------------
@@ -432,10 +435,14 @@ class Diagnoser:
 
     def tensor(self, name: str) -> torch.Tensor:
         """The master's BF16 values of HF tensor ``name`` (any tensor the master holds)."""
-        if name not in self._held:
+        held = self._held.get(name)
+        if held is None:
             piece = self.plan.candidates[name]
-            self._held[name] = piece.take(self.master[piece.source])
-        return self._held[name]
+            held = self._held[name] = piece.take(self.master[piece.source])
+            while len(self._held) > _HELD:  # replays read whole expert groups: keep memory bounded
+                self._held.popitem(last=False)
+        self._held.move_to_end(name)
+        return held
 
     def reference(self, name: str, *, profile: str | None = None, own_amax: bool = False) -> dict[str, torch.Tensor]:
         """What the contract makes of HF tensor ``name``, by role (data/scale/global/input), on CPU.
@@ -481,18 +488,22 @@ class Diagnoser:
         return self._same_roles(exported, self.reference(peer))
 
     def _peers(self, name: str, *, expected_only: bool) -> list[str]:
-        """Other experts of the same layer and projection that the master holds."""
+        """Other experts of the same layer and projection that the master holds, likeliest first.
+
+        A missing EP offset puts expert ``local + rank x per_rank`` under the name of expert
+        ``local``: higher ids first, then lower ones, at most :data:`_PEERS` of them.
+        """
         info = self.tables.infos[name]
-        marker = f".experts.{info.expert}."
+        expert = info.expert or 0
+        marker = f".experts.{expert}."
+        count = self.tables.num_experts or 0
+        order = [*range(expert + 1, count), *range(expert - 1, -1, -1)]
         peers = []
-        for expert in range(self.tables.num_experts or 0):
-            peer = name.replace(marker, f".experts.{expert}.", 1)
-            if expert == info.expert or peer not in self.plan.candidates:
-                continue
-            if expected_only and peer not in self.plan.index:
-                continue
-            peers.append(peer)
-        return peers
+        for other in order:
+            peer = name.replace(marker, f".experts.{other}.", 1)
+            if peer in self.plan.candidates and (not expected_only or peer in self.plan.index):
+                peers.append(peer)
+        return peers[:_PEERS]
 
     def _ep_where(self) -> str:
         experts = self.tables.experts_on_rank(self.ep_rank, self.ep_size)
