@@ -40,6 +40,17 @@ def encode_group(
 
     Yields:
         ``(HF output name, tensor)``; high-precision members are passed through unchanged.
+
+    Example:
+        >>> from fp4convert.megatron import export_plan
+        >>> plan = export_plan(contract="nvfp4-experts-per-token", config="Qwen3-30B-A3B")
+        >>> items = [plan.item(f"model.layers.0.mlp.experts.0.{p}_proj.weight") for p in ("gate", "up")]
+        >>> out = dict(encode_group(plan, items, [torch.ones(4, 16), torch.full((4, 16), 2.0)]))
+        >>> [name.split("experts.0.")[1] for name in out]  # doctest: +NORMALIZE_WHITESPACE
+        ['gate_proj.weight', 'gate_proj.weight_scale', 'gate_proj.weight_scale_2',
+         'up_proj.weight', 'up_proj.weight_scale', 'up_proj.weight_scale_2']
+        >>> torch.equal(out[items[0].module + ".weight_scale_2"], out[items[1].module + ".weight_scale_2"])
+        True
     """
     the_profile = profile or plan.profile
     input_amax = group_input_amax([item.info.name for item in items], plan.calibration)
@@ -49,7 +60,7 @@ def encode_group(
     else:
         encoded = {}
         for item, x in zip(items, tensors, strict=True):
-            encoded.update(quantize_members([item], [x], **kwargs))  # type: ignore[arg-type]
+            encoded.update(quantize_members([item], [x], **kwargs))  # type: ignore[arg-type, list-item]
     for item in items:
         for name, _, _ in item.outputs:
             yield name, encoded[name]

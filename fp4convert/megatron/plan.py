@@ -132,7 +132,12 @@ class ExportPlan:
 
 
 def fused_members_phrase(names: Iterable[str]) -> str:
-    """``gate_proj and up_proj`` for a group's HF names (the last two name components)."""
+    """``gate_proj and up_proj`` for a group's HF names.
+
+    Example:
+        >>> fused_members_phrase(["m.q_proj.weight", "m.k_proj.weight", "m.v_proj.weight"])
+        'q_proj, k_proj and v_proj'
+    """
     parts = [name.rsplit(".", 2)[-2] for name in names]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 

@@ -97,10 +97,15 @@ class SafetensorsFolder(Mapping[str, torch.Tensor]):
 
 
 def tensor_meta(tensors: Mapping[str, torch.Tensor], name: str) -> tuple[str, tuple[int, ...]]:
-    """(safetensors dtype, shape) of ``tensors[name]``, without reading it where the mapping can."""
+    """(safetensors dtype, shape) of ``tensors[name]``, without reading it where the mapping can.
+
+    Example:
+        >>> tensor_meta({"w": torch.zeros(2, 3, dtype=torch.bfloat16)}, "w")
+        ('BF16', (2, 3))
+    """
     meta = getattr(tensors, "meta", None)
     if meta is not None:
-        return meta(name)  # type: ignore[no-any-return]
+        return meta(name)
     tensor = tensors[name]
     try:
         dtype = dtype_name(tensor.dtype)
@@ -150,6 +155,15 @@ def piece_sources(
 
     Raises:
         MappingError: a master name that is neither an HF nor a Megatron name of this model.
+
+    Example:
+        >>> from fp4convert.megatron import export_plan
+        >>> plan = export_plan(contract="nvfp4-experts-per-token", config="Qwen3-30B-A3B")
+        >>> found = piece_sources({"decoder.layers.0.mlp.experts.linear_fc1.weight5": (1536, 2048)}, plan,
+        ...                       ep_rank=1, ep_size=2)
+        >>> {name: source.rows for name, source in found.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'model.layers.0.mlp.experts.69.gate_proj.weight': slice(0, 768, None),
+         'model.layers.0.mlp.experts.69.up_proj.weight': slice(768, 1536, None)}
     """
     found: dict[str, PieceSource] = {}
     for key, shape in keys.items():

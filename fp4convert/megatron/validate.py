@@ -235,7 +235,7 @@ class ExportValidator:
         broken: set[str] = set()
         exported = ctx.exported
         if hasattr(exported, "meta"):  # files: read headers, never tensors
-            meta = exported.meta  # type: ignore[attr-defined]
+            meta = exported.meta
             for name, dtype, shape, item in compiled.checks:
                 if name not in exported or meta(name) != (dtype_name(dtype), shape):
                     self._structure_finding(ctx, name, dtype, shape)
@@ -343,12 +343,12 @@ class ExportValidator:
             ctx.end_chunk()
         failing: list[tuple[ExportItem, dict[str, int]]] = []
         if results:  # one device -> host transfer for the whole export
-            counts = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu().tolist()
+            flat: list[int] = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu().tolist()
             offset = 0
             for batch, _, columns in results:
                 width = len(columns)
                 for item in batch:
-                    row = counts[offset : offset + width]
+                    row = flat[offset : offset + width]
                     offset += width
                     if any(row):
                         failing.append((item, dict(zip(columns, row, strict=True))))
@@ -451,7 +451,7 @@ def validate_export(
 
     Example:
         >>> megatron = hf_to_megatron(hf_state_dict, "qwen3_moe", config)  # doctest: +SKIP
-        >>> kwargs = {"contract": "nvfp4-experts-per-token", "family": "qwen3_moe", "config": config}
+        >>> kwargs = {"contract": "nvfp4-experts-per-token", "family": "qwen3_moe", "config": config}  # doctest: +SKIP
         >>> exported = dict(export_hf(megatron.items(), **kwargs))  # doctest: +SKIP
         >>> validate_export(exported, megatron, **kwargs).ok  # doctest: +SKIP
         True
@@ -520,6 +520,12 @@ def validate_export_files(
 
     Raises:
         CheckpointError: unreadable files, or no config.json.
+
+    Example:
+        >>> report = validate_export_files("dump/", "Qwen3-30B-A3B/", contract="nvfp4-experts-per-token")
+        ... # doctest: +SKIP
+        >>> report.ok, report.summary()  # doctest: +SKIP
+        (True, 'OK: all 55443 exported tensors follow contract nvfp4-experts-per-token (...)')
     """
     from fp4convert.errors import CheckpointError
     from fp4convert.families import load_config
