@@ -46,6 +46,9 @@ def check_can_export(
         ConversionError: every problem at once (a format the dialect cannot store, a per-row outer
             scale, activation scales asked for without calibration on a calibrated contract).
     """
+    key = (dialect.name, getattr(dialect, "per_token_activations", None), include_input_scale, calibration is None)
+    if key in tables.checked:  # once per model and settings: every sync exports again
+        return
     items = [tables.planned(name) for name in tables.infos]
     problems = dialect.refusals(tables.contract, items)
     nvfp4 = tables.contract.formats.nvfp4
@@ -62,6 +65,7 @@ def check_can_export(
             hint="pick another dialect, or fix the contract",
             problems=problems,
         )
+    tables.checked.add(key)
 
 
 def export_hf(

@@ -129,6 +129,8 @@ class ModelTables:
         experts = [i.expert for i in inventory if i.expert is not None]
         self.num_experts: int | None = max(experts) + 1 if experts else None
         self._pieces: dict[tuple[str, tuple[int, ...], int, int], tuple[Piece, ...]] = {}
+        #: export settings already checked against this model (see ``export.check_can_export``)
+        self.checked: set[tuple[object, ...]] = set()
 
     def planned(self, name: str) -> PlannedTensor:
         """The HF tensor ``name`` with its decision.
