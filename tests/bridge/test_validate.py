@@ -295,6 +295,16 @@ def test_expert_ids_not_offset_by_the_ep_rank(validate_export, megatron_state, h
     )
 
 
+def test_an_hf_master_is_restricted_to_the_experts_of_the_ep_rank(validate_export, megatron_state, hf_state, config):
+    exported = _export(megatron_state, config, ep_rank=1, ep_size=2)
+    kwargs = {"contract": NVFP4_EXPERTS, "config": config("qwen3_moe")}
+    report = validate_export(exported, hf_state("qwen3_moe"), ep_rank=1, ep_size=2, **kwargs)
+    assert report.ok, "\n".join(report.lines())
+    assert report.counts()["expected"] == len(hf_state("qwen3_moe")) - 12  # experts 0 and 1 of 2 MoE layers
+    whole = validate_export(exported, hf_state("qwen3_moe"), **kwargs)  # as if one rank held every expert
+    assert whole.counts()["missing"] == 12 and whole.counts()["failed"] == 12
+
+
 def test_input_scale_in_a_live_update(validate_export, megatron_state, config):
     exported = _export(megatron_state, config, include_input_scale=True)
     report = validate_export(exported, megatron_state("qwen3_moe"), contract=NVFP4_EXPERTS, config=config("qwen3_moe"))
