@@ -4,8 +4,9 @@ Everything in the card comes from ``fp4convert.json`` (the manifest every conver
 contract embedded in it, so the card cannot drift from the bytes it describes:
 
 * YAML front matter: ``base_model`` (when the source was a Hub repo id, or given), ``base_model_relation:
-  quantized``, ``library_name``, ``pipeline_tag``, and ``tags`` (``fp4convert``, each low-precision
-  format, the dialect, the model family);
+  quantized``, ``library_name``, ``pipeline_tag``, ``tags`` (``fp4convert``, each low-precision
+  format, the dialect, the model family), and an ``fp4convert`` block with the quantization details
+  (contract and its SHA-256, dialect, quantizer profile, activation mode, tensors per format);
 * what was quantized: tensors, parameters and stored bytes per format, and per role and format;
 * what stayed BF16 and why: the deciding rule of every BF16 tensor, with its reason and an example;
 * how to serve it: the activation mode (per-token or calibrated), the environment and the SGLang
@@ -95,6 +96,16 @@ def _front_matter(manifest: Mapping[str, Any], base_model: str | None) -> str:
     if base_model:
         meta |= {"base_model": base_model, "base_model_relation": "quantized"}
     meta |= {"library_name": _LIBRARY, "pipeline_tag": "text-generation", "tags": list(dict.fromkeys(tags))}
+    # Machine-readable quantization details, so a trainer or server can check the contract before loading.
+    meta["fp4convert"] = {
+        "version": manifest["producer"]["version"],
+        "contract": manifest["contract"]["name"],
+        "contract_sha256": manifest["contract_sha256"],
+        "dialect": manifest["dialect"],
+        "quantizer_profile": manifest["quantizer_profile"],
+        "activation_mode": manifest["activation_mode"],
+        "formats": {fmt: manifest["formats"][fmt] for fmt in _ordered_formats(manifest["formats"])},
+    }
     return "---\n" + yaml.safe_dump(meta, sort_keys=False, default_flow_style=False) + "---\n"
 
 

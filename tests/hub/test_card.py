@@ -56,6 +56,15 @@ def test_front_matter_without_a_hub_source(converted_output):
         "library_name": "transformers",
         "pipeline_tag": "text-generation",
         "tags": ["fp4convert", "nvfp4", "modelopt", "qwen3_moe", "quantized"],
+        "fp4convert": {
+            "version": __version__,
+            "contract": "nvfp4-experts-per-token",
+            "contract_sha256": manifest["contract_sha256"],
+            "dialect": "modelopt",
+            "quantizer_profile": "te",
+            "activation_mode": "per-token",
+            "formats": {"nvfp4": 24, "bf16": 32},
+        },
     }
     assert manifest["source"]["location"] not in card  # a local path is never published
     assert "a local checkpoint (its files' SHA-256 below)" in card
