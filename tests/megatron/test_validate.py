@@ -272,3 +272,34 @@ def test_cuda_validation_passes_and_catches_a_flipped_byte(key, contract, dialec
     name = next(n for n in exported if n.endswith(".weight") and exported[n].dtype != torch.bfloat16)
     exported[name] = (exported[name].view(torch.uint8) ^ 1).view(exported[name].dtype)
     assert [f.tensor for f in validate_export(exported, megatron, **kwargs).findings] == [name]
+
+
+def test_a_group_with_a_broken_member_still_checks_the_others(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    expert = "model.layers.0.mlp.experts.2"
+    bad = dict(exported)
+    del bad[f"{expert}.gate_proj.weight_scale"]
+    report = validate_export(bad, hf, contract=NVFP4_EXPERTS, family=None, config=config)
+    assert [(f.tensor, f.check) for f in report.findings] == [(f"{expert}.gate_proj.weight_scale", "missing")]
+    bad[f"{expert}.up_proj.weight"] = bad[f"{expert}.up_proj.weight"] ^ 0x01  # the sibling is wrong too
+    report = validate_export(bad, hf, contract=NVFP4_EXPERTS, family=None, config=config)
+    assert [(f.tensor, f.check) for f in report.findings] == [
+        (f"{expert}.gate_proj.weight_scale", "missing"),
+        (f"{expert}.up_proj.weight", "bytes"),
+    ]
+
+
+def test_failures_past_the_diagnosis_budget_are_reported_with_their_counts(model):
+    hf, config = model("qwen3_moe")
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    for expert in (0, 1):
+        name = f"model.layers.0.mlp.experts.{expert}.down_proj.weight"
+        exported[name] = exported[name] ^ 0x01
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config, max_diagnosed=1)
+    first, second = validator(exported, hf).findings
+    assert first.cause and first.detail.startswith("1024 of 1024 bytes differ; first at row 0, block 0")
+    assert (second.detail, second.cause) == (
+        "differs from the reference (data 64); not diagnosed (max_diagnosed)",
+        "",
+    )
