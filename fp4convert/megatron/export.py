@@ -40,6 +40,13 @@ def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> Expor
     return item
 
 
+def _sent(plan: ExportPlan, items: list[ExportItem], tensors: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    """One group's outputs, computed without autograd (learner parameters require grad) and
+    detached, so nothing handed to the sampler holds the learner's graph or its Parameters."""
+    with torch.no_grad():
+        return [(name, tensor.detach()) for name, tensor in encode_group(plan, items, tensors)]
+
+
 def export_hf(
     named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
     *,
@@ -105,19 +112,22 @@ def export_hf(
     params = named_params.items() if isinstance(named_params, Mapping) else named_params
     waiting: dict[str, dict[str, torch.Tensor]] = {}  # groups spread over Megatron tensors
     for source, tensor in params:
-        pieces = megatron_to_hf({source: tensor}, plan.family, plan.config, ep_rank=ep_rank, ep_size=ep_size)
+        with torch.no_grad():  # not around the yields: grad mode is global and the caller runs in between
+            pieces = megatron_to_hf(
+                {source: tensor.detach()}, plan.family, plan.config, ep_rank=ep_rank, ep_size=ep_size
+            )
         for name, x in pieces.items():
             item = _checked(plan, name, x, source)
             members = plan.members(item)
             if len(members) == 1:
-                yield from encode_group(plan, [item], [x])
+                yield from _sent(plan, [item], [x])
                 continue
             group = item.decision.fused_group or name
             got = waiting.setdefault(group, {})
             got[name] = x
             if len(got) == len(members):
                 del waiting[group]
-                yield from encode_group(plan, [plan.item(m) for m in members], [got[m] for m in members])
+                yield from _sent(plan, [plan.item(m) for m in members], [got[m] for m in members])
     if waiting:
         missing = sorted(m for g, got in waiting.items() for m in plan.groups[g] if m not in got)
         raise MappingError(

@@ -368,6 +368,10 @@ class ExportValidator:
         Returns:
             The :class:`~fp4convert.megatron.report.ExportReport`.
         """
+        with torch.no_grad():  # masters are often the learner's Parameters
+            return self._validate(exported, master)
+
+    def _validate(self, exported: Mapping[str, torch.Tensor], master: Mapping[str, torch.Tensor]) -> ExportReport:
         started = time.perf_counter()
         device = self.device or _device_of(master)
         plan = self.plan

@@ -13,7 +13,7 @@ import pytest
 import torch
 from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
 
-from fp4convert import export_hf
+from fp4convert import export_hf, validate_export
 from fp4convert.convert.execute import convert_checkpoint
 from fp4convert.errors import ConversionError, MappingError
 from fp4convert.families import hf_to_megatron
@@ -240,3 +240,19 @@ def test_cuda_export_equals_the_converted_checkpoint(key, contract, dialect, mod
         n: t.cpu() for n, t in export_hf(megatron, contract=contract, family=key, config=config, dialect=dialect)
     }
     _assert_same(exported, _without_input_scales(converted(key, contract, dialect)))
+
+
+def test_learner_parameters_export_without_autograd(model):
+    hf, config = model("qwen3_moe")
+    params = {n: torch.nn.Parameter(t.float()) for n, t in hf_to_megatron(hf, "qwen3_moe", config).items()}
+    for name, tensor in export_hf(params, contract=NVFP4_EXPERTS, family=None, config=config):
+        assert torch.is_grad_enabled()  # the caller's grad mode is untouched between tensors
+        assert not tensor.requires_grad and type(tensor) is torch.Tensor, name
+    report = validate_export(
+        dict(export_hf(params, contract=NVFP4_EXPERTS, family=None, config=config)),
+        params,
+        contract=NVFP4_EXPERTS,
+        family=None,
+        config=config,
+    )
+    assert report.ok
