@@ -302,6 +302,7 @@ def _manifest(
     *,
     location: str,
     revision: str | None,
+    hub_commit: str | None,
     device: str,
     calibration_path: str | None,
 ) -> dict[str, Any]:
@@ -339,6 +340,9 @@ def _manifest(
         "contract": plan.contract.canonical_dict(),
         "source": {
             "location": location,
+            # Set only when the source came from the Hub: the repo id and the commit actually used.
+            "repo_id": location if hub_commit else None,
+            "commit": hub_commit,
             "revision": revision,
             "family": plan.inventory.family,
             "files": dict(source_hashes),
@@ -485,12 +489,15 @@ def convert_checkpoint(
         reader.close()
     for name in ("config.json", *ckpt.other_files):
         source_hashes[name] = file_sha256(ckpt.root / name)
+    # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
+    hub_commit = None if Path(str(source)).is_dir() else source_path.name
     manifest = _manifest(
         plan,
         sha,
         source_hashes,
         location=str(source),
         revision=revision,
+        hub_commit=hub_commit,
         device=device,
         calibration_path=None if calibration is None else str(calibration),
     )

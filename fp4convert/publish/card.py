@@ -66,6 +66,8 @@ def base_model_of(manifest: Mapping[str, Any]) -> str | None:
         >>> base_model_of({"source": {"location": "/data/ckpt"}}) is None
         True
     """
+    if manifest["source"].get("repo_id"):  # recorded by convert when the source came from the Hub
+        return str(manifest["source"]["repo_id"])
     location = str(manifest["source"].get("location") or "")
     return location if is_repo_id(location) and not Path(location).exists() else None
 

@@ -54,6 +54,8 @@ def test_convert_from_a_repo_id_equals_converting_the_folder(hub, source_repo, c
     convert_checkpoint(REPO, out, contract=NVFP4_EXPERTS)
     remote, local = read_manifest(out), read_manifest(converted_output())
     assert remote["source"]["location"] == REPO
+    assert remote["source"]["repo_id"] == REPO and local["source"]["repo_id"] is None
+    assert remote["source"]["commit"] == resolve_source(REPO).name  # the snapshot commit converted
     assert remote["source"]["files"] == local["source"]["files"]
     assert remote["tensors"] == local["tensors"]  # every output tensor's sha256 included
 
