@@ -185,3 +185,24 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str],
         return built[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def converted(tiny_checkpoint: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``converted(model="qwen3_moe", dialect="modelopt", contract=NVFP4_EXPERTS) -> Path``: a converted
+    tiny checkpoint, built once per session per argument triple; tests copy it before changing it."""
+    from _helpers import NVFP4_EXPERTS
+
+    from fp4convert.convert.execute import convert_checkpoint
+
+    cache: dict[tuple[str, str, str], Path] = {}
+
+    def get(model: str = "qwen3_moe", dialect: str = "modelopt", contract: str | Path = NVFP4_EXPERTS) -> Path:
+        key = (model, dialect, str(contract))
+        if key not in cache:
+            out = tmp_path_factory.mktemp(f"{model}-{dialect}") / "out"
+            convert_checkpoint(tiny_checkpoint(model), out, contract=contract, dialect=dialect)
+            cache[key] = out
+        return cache[key]
+
+    return get

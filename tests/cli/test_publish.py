@@ -19,12 +19,12 @@ from fp4convert.publish import prepare_publication
 
 REPO = f"{USER}/tiny-moe-nvfp4"
 # The fixtures of tests/hub (its conftest.py hands them to the tests there).
-converted_output, hub, hub_env = fixtures.converted_output, fixtures.hub, fixtures.hub_env
+hub, hub_env = fixtures.hub, fixtures.hub_env
 
 
 @pytest.fixture
-def output(converted_output, tmp_path) -> Path:
-    return Path(shutil.copytree(converted_output(), tmp_path / "out"))
+def output(converted, tmp_path) -> Path:
+    return Path(shutil.copytree(converted(), tmp_path / "out"))
 
 
 def test_dry_run_lists_every_file_and_prints_the_card_without_a_request(hub, output):

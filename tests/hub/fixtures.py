@@ -19,12 +19,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from _helpers import NVFP4_EXPERTS
 from hub.fake_hub import FakeHub
 
-from fp4convert.convert.execute import convert_checkpoint
-
-__all__ = ["TOKEN", "USER", "converted_output", "hub", "hub_env", "source_files"]
+__all__ = ["TOKEN", "USER", "hub", "hub_env", "source_files"]
 
 TOKEN = "hf_fp4convertTESTtoken0123456789abcdef"
 USER = "alice"
@@ -74,23 +71,6 @@ def hub_env(hub: FakeHub) -> Callable[..., dict[str, str]]:
         return env
 
     return make
-
-
-@pytest.fixture(scope="session")
-def converted_output(tiny_checkpoint: Callable[[str], Path], tmp_path_factory) -> Callable[..., Path]:
-    """``converted_output(model="qwen3_moe", dialect="modelopt", contract=NVFP4_EXPERTS)``: a converted
-    tiny checkpoint, built once per session; tests copy it before changing it."""
-    cache: dict[tuple[str, str, str], Path] = {}
-
-    def get(model: str = "qwen3_moe", dialect: str = "modelopt", contract: str | Path = NVFP4_EXPERTS) -> Path:
-        key = (model, dialect, str(contract))
-        if key not in cache:
-            out = tmp_path_factory.mktemp(f"hub-{model}-{dialect}") / "out"
-            convert_checkpoint(tiny_checkpoint(model), out, contract=contract, dialect=dialect)
-            cache[key] = out
-        return cache[key]
-
-    return get
 
 
 @pytest.fixture(scope="session")

@@ -48,8 +48,8 @@ def _stored_bytes_on_disk(out: Path, manifest: dict) -> dict[str, int]:
     return dict(totals)
 
 
-def test_front_matter_without_a_hub_source(converted_output):
-    out = converted_output()
+def test_front_matter_without_a_hub_source(converted):
+    out = converted()
     manifest = read_manifest(out)
     card = render_card(manifest, repo_id=REPO, verification=OK)
     assert _front_matter(card) == {
@@ -72,8 +72,8 @@ def test_front_matter_without_a_hub_source(converted_output):
         assert f"| `{name}` | `{digest}` |" in card
 
 
-def test_base_model_from_a_repo_id_source(converted_output, tmp_path, monkeypatch):
-    manifest = copy.deepcopy(read_manifest(converted_output()))
+def test_base_model_from_a_repo_id_source(converted, tmp_path, monkeypatch):
+    manifest = copy.deepcopy(read_manifest(converted()))
     manifest["source"] |= {"location": "Qwen/Qwen3-30B-A3B", "revision": "main"}
     card = render_card(manifest, repo_id=REPO, verification=OK)
     meta = _front_matter(card)
@@ -90,8 +90,8 @@ def test_base_model_from_a_repo_id_source(converted_output, tmp_path, monkeypatc
     )
 
 
-def test_format_and_role_tables_match_the_files(converted_output):
-    out = converted_output()
+def test_format_and_role_tables_match_the_files(converted):
+    out = converted()
     manifest = read_manifest(out)
     card = render_card(manifest, repo_id=REPO, verification=OK)
     on_disk = _stored_bytes_on_disk(out, manifest)
@@ -109,8 +109,8 @@ def test_format_and_role_tables_match_the_files(converted_output):
     assert "| router | bf16 | 2 | 1.000 KiB |" in section  # two [4, 64] BF16 routers
 
 
-def test_every_bf16_tensor_is_explained_by_its_rule(converted_output):
-    manifest = read_manifest(converted_output())
+def test_every_bf16_tensor_is_explained_by_its_rule(converted):
+    manifest = read_manifest(converted())
     card = render_card(manifest, repo_id=REPO, verification=OK)
     section = _section(card, "What stayed BF16, and why")
     per_rule = Counter(info["rule"] for info in manifest["tensors"].values() if info["format"] == "bf16")
@@ -123,8 +123,8 @@ def test_every_bf16_tensor_is_explained_by_its_rule(converted_output):
     assert "| nvfp4 | `rules[1]` | 16 | `model.layers.0.mlp.experts.0.gate_proj.weight` |" in section
 
 
-def test_serving_section_is_what_emit_renders(converted_output):
-    manifest = read_manifest(converted_output())
+def test_serving_section_is_what_emit_renders(converted):
+    manifest = read_manifest(converted())
     contract = Contract.model_validate(manifest["contract"])
     card = render_card(manifest, repo_id=REPO, verification=OK)
     serving = _section(card, "Serving")
@@ -144,8 +144,8 @@ def test_serving_section_is_what_emit_renders(converted_output):
     assert contract.to_yaml().rstrip() in _section(card, "Contract")
 
 
-def test_mxfp8_card(converted_output):
-    manifest = read_manifest(converted_output("qwen3_moe", "sglang-mxfp8", MXFP8_ALL))
+def test_mxfp8_card(converted):
+    manifest = read_manifest(converted("qwen3_moe", "sglang-mxfp8", MXFP8_ALL))
     card = render_card(manifest, repo_id=REPO, verification=OK)
     assert _front_matter(card)["tags"] == ["fp4convert", "mxfp8", "sglang-mxfp8", "qwen3_moe", "quantized"]
     serving = _section(card, "Serving")
@@ -156,8 +156,8 @@ def test_mxfp8_card(converted_output):
     assert "SGLang loads this checkpoint with `--quantization mxfp8`" in serving
 
 
-def test_a_dialect_other_than_emits_gets_no_wrong_quantization_flag(converted_output):
-    manifest = read_manifest(converted_output("qwen3_moe", "compressed-tensors", NVFP4_EXPERTS))
+def test_a_dialect_other_than_emits_gets_no_wrong_quantization_flag(converted):
+    manifest = read_manifest(converted("qwen3_moe", "compressed-tensors", NVFP4_EXPERTS))
     serving = _section(render_card(manifest, repo_id=REPO, verification=OK), "Serving")
     assert "--quantization modelopt_fp4 " not in serving and "launch_server" not in serving
     assert (
@@ -167,15 +167,15 @@ def test_a_dialect_other_than_emits_gets_no_wrong_quantization_flag(converted_ou
     ) in serving
 
 
-def test_calibrated_activation_mode(converted_output):
-    manifest = copy.deepcopy(read_manifest(converted_output()))
+def test_calibrated_activation_mode(converted):
+    manifest = copy.deepcopy(read_manifest(converted()))
     manifest["activation_mode"] = "calibrated"
     serving = _section(render_card(manifest, repo_id=REPO, verification=OK), "Serving")
     assert "**Activations: calibrated.** `input_scale` holds calibrated activation amaxes" in serving
 
 
-def test_an_edited_manifest_contract_is_refused(converted_output):
-    manifest = copy.deepcopy(read_manifest(converted_output()))
+def test_an_edited_manifest_contract_is_refused(converted):
+    manifest = copy.deepcopy(read_manifest(converted()))
     manifest["contract"]["kv_cache"] = "fp8_e4m3"
     with pytest.raises(HubError, match=r"^the manifest's embedded contract does not hash to its contract_sha256"):
         render_card(manifest, repo_id=REPO, verification=OK)

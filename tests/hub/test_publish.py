@@ -17,9 +17,9 @@ REPO = f"{USER}/tiny-moe-nvfp4"
 
 
 @pytest.fixture
-def output(converted_output, tmp_path) -> Path:
+def output(converted, tmp_path) -> Path:
     """A private copy of the converted tiny checkpoint (tests may damage it)."""
-    return Path(shutil.copytree(converted_output(), tmp_path / "out"))
+    return Path(shutil.copytree(converted(), tmp_path / "out"))
 
 
 def _sha(data: bytes) -> str:

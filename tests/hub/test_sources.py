@@ -49,10 +49,10 @@ def test_revision_selects_the_commit(hub, source_repo):
     assert old.name == first and (old / "config.json").read_bytes() == files["config.json"]
 
 
-def test_convert_from_a_repo_id_equals_converting_the_folder(hub, source_repo, converted_output, tmp_path):
+def test_convert_from_a_repo_id_equals_converting_the_folder(hub, source_repo, converted, tmp_path):
     out = tmp_path / "out"
     convert_checkpoint(REPO, out, contract=NVFP4_EXPERTS)
-    remote, local = read_manifest(out), read_manifest(converted_output())
+    remote, local = read_manifest(out), read_manifest(converted())
     assert remote["source"]["location"] == REPO
     assert remote["source"]["repo_id"] == REPO and local["source"]["repo_id"] is None
     assert remote["source"]["commit"] == resolve_source(REPO).name  # the snapshot commit converted
