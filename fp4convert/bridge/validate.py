@@ -6,10 +6,12 @@ nothing else is; format, dtype and shape are those the contract and dialect give
 the reference (data, block scales, outer scale; fused siblings quantized with their shared amax);
 the exported siblings of a fused group carry one outer scale; no ``input_scale`` unless asked for.
 
-Speed is the point (it should run at every sync): the reference is computed per layer in a few
-large batches. Every tensor of one shape and format is stacked and quantized in one call with
-``scope="expert"`` (one outer amax per stacked tensor: the same bytes as one call per tensor),
-the members' amaxes are reduced to their group's shared amax with one ``scatter_reduce``, and the
+Speed is the point (it should run at every sync). What a master's names and shapes fix (row maps,
+expected tensors, batches, index tensors) is planned once and cached. The reference is then
+computed per layer: on CUDA every tensor of one shape and format is stacked and quantized in one
+call with ``scope="expert"`` (one outer amax per stacked tensor: the same bytes as one call per
+tensor); on the CPU, where each kernel call is already multi-threaded, tensor by tensor. The
+members' amaxes are reduced to their group's shared amax with one ``scatter_reduce``, and the
 comparisons produce device booleans that are read back once, at the end. Only tensors that fail
 go through the slow, per-tensor diagnosis (:mod:`fp4convert.bridge.diagnose`).
 """
@@ -184,6 +186,7 @@ class _Plan:
                     tensor=absent[0],
                 )
         self.units = self._units(unit_bytes)
+        self.master_bytes = sum(self.nbytes(i) for i in range(len(self.sources)))
 
     def _source(
         self,
@@ -208,6 +211,11 @@ class _Plan:
             input_scale = dialect.input_scale(amax).reshape(())
         return Source(item, piece, outputs, roles, input_scale)
 
+    def nbytes(self, index: int) -> int:
+        """Master bytes of source ``index``."""
+        src = self.sources[index]
+        return _numel(src.piece.shape) * DTYPES[self.master_dtype[src.name]].itemsize
+
     def _units(self, unit_bytes: int) -> list[_Unit]:
         # One unit per layer; a layer's experts are split into chunks of at most unit_bytes of master.
         by_layer: dict[int | None, list[int]] = {}
@@ -225,7 +233,7 @@ class _Plan:
             chunk: list[int] = []
             size = 0
             for sources in experts.values():
-                nbytes = sum(_numel(self.sources[i].piece.shape) * 2 for i in sources)
+                nbytes = sum(self.nbytes(i) for i in sources)
                 if chunk and size + nbytes > unit_bytes:
                     units.append(_Unit(chunk, self))
                     chunk, size = [], 0
@@ -241,10 +249,6 @@ def _numel(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def _plan_key(master: Mapping[str, tuple[str, tuple[int, ...]]]) -> int:
-    return hash(tuple(master.items()))
 
 
 class ExportValidator:
@@ -301,12 +305,12 @@ class ExportValidator:
         self.diagnose = diagnose
         self.unit_bytes = unit_bytes
         self.stack = stack
-        self._plans: OrderedDict[int, _Plan] = OrderedDict()
+        self._plans: OrderedDict[tuple[tuple[str, tuple[str, tuple[int, ...]]], ...], _Plan] = OrderedDict()
 
-    def plan(self, master: Mapping[str, torch.Tensor]) -> _Plan:
+    def _plan(self, master: Mapping[str, torch.Tensor]) -> _Plan:
         """The expectations for a master with these names and shapes (built once, then cached)."""
         metas = tensor_metas(master)
-        key = _plan_key(metas)
+        key = tuple(metas.items())
         plan = self._plans.get(key)
         if plan is None:
             plan = _Plan(
@@ -333,7 +337,7 @@ class ExportValidator:
     ) -> ExportReport:
         """Compare ``exported`` with the contract applied to ``master``; see :func:`validate_export`."""
         started = time.perf_counter()
-        plan = self.plan(master)
+        plan = self._plan(master)
         metas = tensor_metas(exported)
         results = [
             TensorResult(src.name, "tensor", src.format, src.item.decision.rule, tuple(o[0] for o in src.outputs))
@@ -371,30 +375,13 @@ class ExportValidator:
                 stack=stack,
             )
             run.run(byte_flags, sibling_flags)
-        byte_ok = _read_back(byte_flags)  # the one host synchronization of the fast path
-        sibling_ok = _read_back(sibling_flags)
+        byte_ok, sibling_ok = _read_back(byte_flags, sibling_flags)  # the one host synchronization
         for index, ok in byte_ok.items():
             if not ok:
                 results[index].findings.append(diagnoser.bytes_finding(index))
         results += diagnoser.group_results(sibling_ok, eligible)
         results += extras
-        for name, files in sorted((duplicates or {}).items()):
-            results.append(
-                TensorResult(
-                    name,
-                    "unexpected",
-                    findings=[
-                        Finding(
-                            "duplicate",
-                            f"in {len(files)} update buckets: {', '.join(files)}; the last one sent wins",
-                            "the exporter sent this tensor more than once in one update",
-                        )
-                    ],
-                )
-            )
-        master_bytes = sum(
-            _numel(src.piece.shape) * DTYPES[plan.master_dtype[src.name]].itemsize for src in plan.sources
-        )
+        results += [_duplicate(name, files) for name, files in sorted((duplicates or {}).items())]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return ExportReport(
@@ -402,7 +389,7 @@ class ExportValidator:
             dialect=self.dialect.name,
             device=str(device),
             results=results,
-            master_bytes=master_bytes,
+            master_bytes=plan.master_bytes,
             seconds=time.perf_counter() - started,
             ep_rank=self.ep_rank,
             ep_size=self.ep_size,
@@ -418,12 +405,23 @@ def _device_of(master: Mapping[str, torch.Tensor]) -> torch.device:
     return torch.device("cpu")
 
 
-def _read_back(flags: list[tuple[list[int], torch.Tensor]]) -> dict[int, bool]:
-    if not flags:
-        return {}
-    values = torch.cat([f.reshape(-1) for _, f in flags]).cpu().tolist()
-    indices = [i for index_list, _ in flags for i in index_list]
-    return dict(zip(indices, values, strict=True))
+def _read_back(*flag_lists: list[tuple[list[int], torch.Tensor]]) -> list[dict[int, bool]]:
+    """Every flag list as ``{source index: bool}``, with one device -> host copy for all of them."""
+    flags = [f.reshape(-1) for flags in flag_lists for _, f in flags]
+    values = torch.cat(flags).cpu().tolist() if flags else []
+    out: list[dict[int, bool]] = []
+    position = 0
+    for flag_list in flag_lists:
+        indices = [i for index_list, _ in flag_list for i in index_list]
+        out.append(dict(zip(indices, values[position : position + len(indices)], strict=True)))
+        position += len(indices)
+    return out
+
+
+def _duplicate(name: str, files: list[str]) -> TensorResult:
+    detail = f"in {len(files)} update buckets: {', '.join(files)}; the last one sent wins"
+    cause = "the exporter sent this tensor more than once in one update"
+    return TensorResult(name, "unexpected", findings=[Finding("duplicate", detail, cause)])
 
 
 def _rows_equal(found: torch.Tensor, reference: torch.Tensor, n: int) -> torch.Tensor:
@@ -571,7 +569,7 @@ class _UnitRun:
     def _check_each(
         self, batch: _Batch, x: torch.Tensor | None, amax: torch.Tensor | None
     ) -> tuple[list[int], torch.Tensor, torch.Tensor | None]:
-        """:meth:`_check_stacked`, one tensor at a time (CPU)."""
+        """:meth:`_check_stacked`, one tensor at a time (the CPU default; syncs per tensor on CUDA)."""
         kept, flags, scales = [], [], []
         for k, index in enumerate(batch.sources):
             reference = _quantize(
@@ -589,13 +587,13 @@ class _UnitRun:
             if not self.eligible[index]:
                 continue
             kept.append(index)
-            found = {role: self.exported[roles[role]] for role in reference}
+            found = {role: self.exported[roles[role]].to(ref.device) for role, ref in reference.items()}
             flags.append(all(_same_bytes(found[r].reshape(ref.shape), ref) for r, ref in reference.items()))
             if "global" in reference:
                 scales[-1] = bits(found["global"]).reshape(())
-        ok = torch.tensor(flags, dtype=torch.bool)
+        ok = torch.tensor(flags, dtype=torch.bool, device=self.device)
         if kept and "input" in self.plan.sources[kept[0]].roles:
-            ok &= self._input_scales_equal(kept, torch.device("cpu"))
+            ok &= self._input_scales_equal(kept, self.device)
         return kept, ok, torch.stack(scales) if scales else None
 
     def _input_scales_equal(self, kept: list[int], device: torch.device) -> torch.Tensor:
