@@ -14,7 +14,6 @@ import torch
 from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
 
 from fp4convert import export_hf, validate_export
-from fp4convert.convert.execute import convert_checkpoint
 from fp4convert.errors import ConversionError, MappingError
 from fp4convert.families import hf_to_megatron
 
@@ -32,18 +31,14 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def converted(
-    tiny_checkpoint, tmp_path_factory, read_tensors
-) -> Callable[[str, Path | str, str], dict[str, torch.Tensor]]:
-    """Every tensor ``fp4convert convert`` writes for (model, contract, dialect), cached."""
+def converted_tensors(converted, read_tensors) -> Callable[[str, Path | str, str], dict[str, torch.Tensor]]:
+    """Every tensor ``fp4convert convert`` writes for (model, contract, dialect), read once."""
     cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
 
     def get(key: str, contract: Path | str, dialect: str) -> dict[str, torch.Tensor]:
         index = (key, str(contract), dialect)
         if index not in cache:
-            out = tmp_path_factory.mktemp("converted") / "out"
-            convert_checkpoint(tiny_checkpoint(key), out, contract=contract, dialect=dialect)
-            cache[index] = read_tensors(out)
+            cache[index] = read_tensors(converted(key, dialect, contract))
         return cache[index]
 
     return get
@@ -62,15 +57,15 @@ def _assert_same(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tens
 
 @pytest.mark.parametrize(("key", "contract", "dialect"), CASES)
 @pytest.mark.parametrize("layout", ["grouped", "sequential"])
-def test_live_update_equals_the_converted_checkpoint(key, contract, dialect, layout, model, converted):
+def test_live_update_equals_the_converted_checkpoint(key, contract, dialect, layout, model, converted_tensors):
     hf, config = model(key)
     megatron = hf_to_megatron(hf, key, config, expert_layout=layout)
     exported = dict(export_hf(megatron.items(), contract=contract, family=key, config=config, dialect=dialect))
-    _assert_same(exported, _without_input_scales(converted(key, contract, dialect)))
+    _assert_same(exported, _without_input_scales(converted_tensors(key, contract, dialect)))
 
 
 @pytest.mark.parametrize(("key", "contract", "dialect"), [CASES[0], CASES[4], CASES[6]])
-def test_ep_ranks_together_export_the_whole_model(key, contract, dialect, model, converted):
+def test_ep_ranks_together_export_the_whole_model(key, contract, dialect, model, converted_tensors):
     hf, config = model(key)
     together: dict[str, torch.Tensor] = {}
     for rank in range(2):
@@ -81,15 +76,15 @@ def test_ep_ranks_together_export_the_whole_model(key, contract, dialect, model,
             if name in together:  # non-expert tensors come from every rank, identical
                 assert_bytes_equal(tensor, together[name])
             together[name] = tensor
-    _assert_same(together, _without_input_scales(converted(key, contract, dialect)))
+    _assert_same(together, _without_input_scales(converted_tensors(key, contract, dialect)))
 
 
-def test_input_scales_are_sent_only_when_asked(model, converted):
+def test_input_scales_are_sent_only_when_asked(model, converted_tensors):
     hf, config = model("qwen3_moe")
     megatron = hf_to_megatron(hf, "qwen3_moe", config)
     exported = dict(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config, include_input_scale=True))
     # per-token contract: the 1.0 placeholder, exactly what the converted checkpoint holds
-    _assert_same(exported, converted("qwen3_moe", NVFP4_EXPERTS, "modelopt"))
+    _assert_same(exported, converted_tensors("qwen3_moe", NVFP4_EXPERTS, "modelopt"))
     assert_bytes_equal(exported["model.layers.0.mlp.experts.1.up_proj.input_scale"], torch.tensor(1.0))
 
 
@@ -233,13 +228,13 @@ def test_dialect_that_cannot_hold_the_contract_is_refused_before_any_tensor(mode
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize(("key", "contract", "dialect"), [CASES[0], CASES[4], CASES[6]])
-def test_cuda_export_equals_the_converted_checkpoint(key, contract, dialect, model, converted):
+def test_cuda_export_equals_the_converted_checkpoint(key, contract, dialect, model, converted_tensors):
     hf, config = model(key)
     megatron = {n: t.cuda() for n, t in hf_to_megatron(hf, key, config).items()}
     exported = {
         n: t.cpu() for n, t in export_hf(megatron, contract=contract, family=key, config=config, dialect=dialect)
     }
-    _assert_same(exported, _without_input_scales(converted(key, contract, dialect)))
+    _assert_same(exported, _without_input_scales(converted_tensors(key, contract, dialect)))
 
 
 def test_learner_parameters_export_without_autograd(model):

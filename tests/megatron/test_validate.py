@@ -13,7 +13,6 @@ from safetensors.torch import save_file
 
 from fp4convert import export_hf, validate_export
 from fp4convert.contract import load_contract
-from fp4convert.convert.execute import convert_checkpoint
 from fp4convert.errors import VerificationError
 from fp4convert.families import hf_to_megatron
 from fp4convert.megatron import ExportValidator, validate_export_files
@@ -75,16 +74,14 @@ def test_each_ep_rank_passes_against_its_megatron_master_and_the_hf_master(key, 
             assert not any(f".experts.{2 * (1 - rank)}." in n for n in report.expected)
 
 
-def test_the_converted_checkpoint_validates_as_a_live_update(tiny_checkpoint, tmp_path, model, read_tensors):
+def test_the_converted_checkpoint_validates_as_a_live_update(converted, model, read_tensors):
     """Interchangeable: the converter's tensors pass as an export, input scales included on request."""
     _, config = model("deepseek_v3")
-    out = tmp_path / "out"
-    convert_checkpoint(tiny_checkpoint("deepseek_v3"), out, contract=DEEPSEEK_NVFP4)
-    converted = read_tensors(out)
+    tensors = read_tensors(converted("deepseek_v3", "modelopt", DEEPSEEK_NVFP4))
     master = model("deepseek_v3")[0]
     kwargs = {"contract": DEEPSEEK_NVFP4, "family": None, "config": config}
-    assert validate_export(converted, master, include_input_scale=True, **kwargs).ok
-    live = {n: t for n, t in converted.items() if not n.endswith(".input_scale")}
+    assert validate_export(tensors, master, include_input_scale=True, **kwargs).ok
+    live = {n: t for n, t in tensors.items() if not n.endswith(".input_scale")}
     assert validate_export(live, master, **kwargs).ok
 
 
