@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from fp4convert.bridge._bytes import bits, same_bytes
 from fp4convert.bridge.report import Finding, TensorResult
 from fp4convert.bridge.tables import ModelTables
 from fp4convert.convert.groups import group_input_amax, quantize_members, shared_amax
@@ -31,7 +32,6 @@ from fp4convert.formats.profiles import PROFILES, outer_scales
 
 __all__ = ["Diagnoser"]
 
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # Every tensor suffix a quantized module may carry in some dialect (to recognise what was exported).
 _QUANTIZED_SUFFIXES = (
     "weight_packed",
@@ -49,12 +49,8 @@ _HELD = 16
 _PEERS = 64
 
 
-def _bits(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.contiguous().view(_INT_OF_SIZE[tensor.element_size()]).reshape(-1)
-
-
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a.cpu()), _bits(b.cpu()))
+    return a.dtype == b.dtype and same_bytes(a.cpu(), b.cpu())
 
 
 def _short(name: str) -> str:
@@ -373,7 +369,7 @@ class Diagnoser:
     def _bf16_finding(self, src: Any) -> Finding:
         found = self.exported[src.name].cpu()
         want = self.tensor(src.name).cpu()
-        differ = (_bits(found) != _bits(want)).reshape(want.shape)
+        differ = (bits(found) != bits(want)).reshape(want.shape)
         first = tuple(int(i) for i in differ.nonzero()[0])
         delta = (found.float() - want.float()).abs().nan_to_num(nan=float("inf")).max().item()
         detail = (

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from fp4convert.bridge._bytes import bits, same_bytes
 from fp4convert.bridge.diagnose import Diagnoser
 from fp4convert.bridge.export import check_can_export, input_scale_name
 from fp4convert.bridge.files import tensor_metas
@@ -45,13 +46,6 @@ __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
 
 #: master bytes one batch of experts may span (larger layers are validated in expert chunks)
 UNIT_BYTES = 4 * 10**9
-
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def bits(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor reinterpreted as integers of its element size: equality of these is byte equality."""
-    return tensor.view(_INT_OF_SIZE[tensor.element_size()])
 
 
 @dataclass
@@ -433,10 +427,6 @@ def _rows_equal(found: torch.Tensor, reference: torch.Tensor, n: int) -> torch.T
     return (a == b).all(dim=1)
 
 
-def _same_bytes(found: torch.Tensor, reference: torch.Tensor) -> bool:
-    return found.shape == reference.shape and torch.equal(bits(found).reshape(-1), bits(reference).reshape(-1))
-
-
 def _quantize(
     fmt: str, x: torch.Tensor, *, tile: str, scope: str, amax: torch.Tensor | None, profile: str, dialect: Dialect
 ) -> dict[str, torch.Tensor]:
@@ -588,7 +578,7 @@ class _UnitRun:
                 continue
             kept.append(index)
             found = {role: self.exported[roles[role]].to(ref.device) for role, ref in reference.items()}
-            flags.append(all(_same_bytes(found[r].reshape(ref.shape), ref) for r, ref in reference.items()))
+            flags.append(all(same_bytes(found[r].reshape(ref.shape), ref) for r, ref in reference.items()))
             if "global" in reference:
                 scales[-1] = bits(found["global"]).reshape(())
         ok = torch.tensor(flags, dtype=torch.bool, device=self.device)
