@@ -279,7 +279,7 @@ class Diagnoser:
         # Replays first: a replay reproducing every byte is the most specific explanation.
         members = self.tables.members(src.name)
         fused = len(members) > 1
-        replays = [(self.profile, True)] if fused else []
+        replays: list[tuple[str, bool]] = [(self.profile, True)] if fused else []
         if src.format == "nvfp4":
             replays += [
                 (p, own) for p in PROFILES if p != self.profile for own in ((False, True) if fused else (False,))
@@ -477,7 +477,7 @@ class Diagnoser:
         if "global" in exported:  # cheap filter: the peer's outer scale, before quantizing it
             members = self.tables.members(peer)
             amax = shared_amax([self.tensor(m) for m in members]).reshape(1).cpu()
-            scales = outer_scales(amax, self.profile)  # type: ignore[arg-type]
+            scales = outer_scales(amax, self.profile)
             expected = scales.s_enc if isinstance(self.dialect, CompressedTensorsDialect) else scales.s_dec
             if not _same(exported["global"].reshape(-1).float(), expected.float()):
                 return False

@@ -195,7 +195,8 @@ class ModelTables:
         Raises:
             MappingError: the names mix both schemes.
         """
-        hf, other = [], []
+        hf: list[str] = []
+        other: list[str] = []
         for name in names:
             (hf if name in self.infos else other).append(name)
         if hf and other:
