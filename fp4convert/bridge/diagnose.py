@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +29,9 @@ from fp4convert.convert.groups import group_input_amax, quantize_members, shared
 from fp4convert.dialects import CompressedTensorsDialect, Dialect, module_of
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
 from fp4convert.formats.profiles import PROFILES, outer_scales
+
+if TYPE_CHECKING:  # pragma: no cover - the validator imports this module
+    from fp4convert.bridge.validate import Source, ValidationPlan
 
 __all__ = ["Diagnoser"]
 
@@ -97,7 +100,7 @@ class Diagnoser:
         self,
         tables: ModelTables,
         dialect: Dialect,
-        plan: Any,
+        plan: ValidationPlan,
         exported: Mapping[str, torch.Tensor],
         master: Mapping[str, torch.Tensor],
         metas: Mapping[str, tuple[str, tuple[int, ...]]],
@@ -134,7 +137,7 @@ class Diagnoser:
             eligible.append(all(f.check == "input-scale" for f in findings))
         return eligible
 
-    def _structure(self, src: Any) -> list[Finding]:
+    def _structure(self, src: Source) -> list[Finding]:
         module = src.item.module
         expected = {name: (dtype, shape) for name, dtype, shape in src.outputs}
         findings: list[Finding] = []
@@ -182,7 +185,7 @@ class Diagnoser:
             findings.append(Finding("extra", f"also carries {shown}, which {self.dialect.name} does not write here"))
         return findings
 
-    def _format_finding(self, src: Any, found: str, names: list[str]) -> Finding:
+    def _format_finding(self, src: Source, found: str, names: list[str]) -> Finding:
         listing = ", ".join(f"{n.rsplit('.', 1)[1]} {self.metas[n][0]}" for n in names)
         decision = src.item.decision
         won = decision.matched[0]
@@ -275,7 +278,7 @@ class Diagnoser:
         detail = self._describe(src, exported, reference)
         return Finding("bytes", detail, self._cause(src, exported, reference))
 
-    def _cause(self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str | None:
+    def _cause(self, src: Source, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str | None:
         # Replays first: a replay reproducing every byte is the most specific explanation.
         members = self.tables.members(src.name)
         fused = len(members) > 1
@@ -303,7 +306,7 @@ class Diagnoser:
                     return self._ep_message(src.name, peer)
         return self._stale_message(src, exported, reference)
 
-    def _replay_message(self, src: Any, members: tuple[str, ...], profile: str, own: bool) -> str:
+    def _replay_message(self, src: Source, members: tuple[str, ...], profile: str, own: bool) -> str:
         parts = []
         if own:
             kind = _KIND_LABEL.get(src.item.info.fused_kind.value, "fused") if src.item.info.fused_kind else "fused"
@@ -319,7 +322,9 @@ class Diagnoser:
             )
         return "; ".join(parts)
 
-    def _stale_message(self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str:
+    def _stale_message(
+        self, src: Source, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]
+    ) -> str:
         """No replay matched: say what the bytes still tell (the amax the outer scale encodes)."""
         x = self.tensor(src.name).float().cpu()
         scale = x.pow(2).mean().sqrt().item() or 1.0
@@ -366,7 +371,7 @@ class Diagnoser:
         rows, blocks = scale_r.shape
         return (data_e != data_r).reshape(rows, blocks, -1).any(-1) | (scale_e != scale_r)
 
-    def _bf16_finding(self, src: Any) -> Finding:
+    def _bf16_finding(self, src: Source) -> Finding:
         found = self.exported[src.name].cpu()
         want = self.tensor(src.name).cpu()
         differ = (bits(found) != bits(want)).reshape(want.shape)
@@ -535,7 +540,7 @@ class Diagnoser:
         rows = values.shape[0]
         return (values.reshape(rows, -1, 32) * e8m0_decode(scale).unsqueeze(-1)).reshape(rows, -1)
 
-    def _describe(self, src: Any, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str:
+    def _describe(self, src: Source, exported: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> str:
         fmt = src.format
         block = 16 if fmt == "nvfp4" else 32
         scale_e = exported["scale"].contiguous().view(torch.uint8)

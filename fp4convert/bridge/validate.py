@@ -87,7 +87,7 @@ class _Batch:
 class _Unit:
     """Sources validated together: one layer (or a chunk of its experts), closed under fused groups."""
 
-    def __init__(self, sources: list[int], plan: _Plan) -> None:
+    def __init__(self, sources: list[int], plan: ValidationPlan) -> None:
         batches: dict[tuple[str, str, int, int], list[int]] = {}
         self.bf16: list[int] = []
         for index in sources:
@@ -122,7 +122,7 @@ class _Unit:
         return self._on_device[device]
 
 
-class _Plan:
+class ValidationPlan:
     """What to expect from one master (its names and shapes), decided once and reused at every sync."""
 
     def __init__(
@@ -299,15 +299,15 @@ class ExportValidator:
         self.diagnose = diagnose
         self.unit_bytes = unit_bytes
         self.stack = stack
-        self._plans: OrderedDict[tuple[tuple[str, tuple[str, tuple[int, ...]]], ...], _Plan] = OrderedDict()
+        self._plans: OrderedDict[tuple[tuple[str, tuple[str, tuple[int, ...]]], ...], ValidationPlan] = OrderedDict()
 
-    def _plan(self, master: Mapping[str, torch.Tensor]) -> _Plan:
+    def _plan(self, master: Mapping[str, torch.Tensor]) -> ValidationPlan:
         """The expectations for a master with these names and shapes (built once, then cached)."""
         metas = tensor_metas(master)
         key = tuple(metas.items())
         plan = self._plans.get(key)
         if plan is None:
-            plan = _Plan(
+            plan = ValidationPlan(
                 self.tables,
                 self.dialect,
                 metas,
@@ -451,7 +451,7 @@ class _UnitRun:
     def __init__(
         self,
         unit: _Unit,
-        plan: _Plan,
+        plan: ValidationPlan,
         exported: Mapping[str, torch.Tensor],
         master: Mapping[str, torch.Tensor],
         eligible: list[bool],
