@@ -49,19 +49,15 @@ def megatron_state(hf_state, config) -> Callable[..., dict[str, torch.Tensor]]:
 
 
 @pytest.fixture(scope="session")
-def converted(tiny_checkpoint, tmp_path_factory) -> Callable[..., dict[str, torch.Tensor]]:
-    """``converted(key, dialect, contract)``: every tensor the converter writes (cached)."""
-    from fp4convert.convert.execute import convert_checkpoint
-
+def converted_tensors(converted) -> Callable[..., dict[str, torch.Tensor]]:
+    """``converted_tensors(key, dialect, contract)``: every tensor of the session's converted checkpoint."""
     cache: dict[tuple[str, str, str], dict[str, torch.Tensor]] = {}
 
     def get(key: str, dialect: str, contract: Path | str) -> dict[str, torch.Tensor]:
         cache_key = (key, dialect, str(contract))
         if cache_key not in cache:
-            out = tmp_path_factory.mktemp(f"{key}-{dialect}") / "out"
-            convert_checkpoint(tiny_checkpoint(key), out, contract=contract, dialect=dialect)
             tensors: dict[str, torch.Tensor] = {}
-            for path in sorted(out.glob("*.safetensors")):
+            for path in sorted(converted(key, dialect, contract).glob("*.safetensors")):
                 tensors.update(load_file(str(path)))
             cache[cache_key] = tensors
         return dict(cache[cache_key])

@@ -12,8 +12,10 @@ from fp4convert.errors import ConversionError, MappingError
 
 
 @pytest.mark.parametrize(("model", "dialect", "contract"), CASES, ids=CASE_IDS)
-def test_a_live_update_is_the_converted_checkpoint(model, dialect, contract, megatron_state, config, converted):
-    checkpoint = converted(model, dialect, contract)
+def test_a_live_update_is_the_converted_checkpoint(
+    model, dialect, contract, megatron_state, config, converted_tensors
+):
+    checkpoint = converted_tensors(model, dialect, contract)
     kwargs = {"contract": contract, "config": config(model), "dialect": dialect}
     full = dict(export_hf(megatron_state(model), include_input_scale=True, **kwargs))
     assert_same_tensors(full, checkpoint)
@@ -23,8 +25,8 @@ def test_a_live_update_is_the_converted_checkpoint(model, dialect, contract, meg
         assert len(full) > len(live)  # the default really drops something here
 
 
-def test_ep_rank_exports_its_experts_under_global_ids(megatron_state, config, converted):
-    checkpoint = converted("qwen3_moe", "modelopt", NVFP4_EXPERTS)
+def test_ep_rank_exports_its_experts_under_global_ids(megatron_state, config, converted_tensors):
+    checkpoint = converted_tensors("qwen3_moe", "modelopt", NVFP4_EXPERTS)
     rank1 = megatron_state("qwen3_moe", ep_rank=1, ep_size=2)
     assert "decoder.layers.0.mlp.experts.linear_fc1.weight1" in rank1  # local id 1 = global expert 3
     out = dict(export_hf(rank1, contract=NVFP4_EXPERTS, config=config("qwen3_moe"), ep_rank=1, ep_size=2))

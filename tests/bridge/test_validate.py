@@ -76,8 +76,10 @@ def test_an_exact_export_passes_against_megatron_and_hf_masters(
         report.raise_for_failures()  # no-op
 
 
-def test_a_converted_checkpoint_passes_when_input_scales_are_expected(validate_export, converted, hf_state, config):
-    checkpoint = converted("qwen3_moe", "modelopt", NVFP4_EXPERTS)
+def test_a_converted_checkpoint_passes_when_input_scales_are_expected(
+    validate_export, converted_tensors, hf_state, config
+):
+    checkpoint = converted_tensors("qwen3_moe", "modelopt", NVFP4_EXPERTS)
     kwargs = {"contract": NVFP4_EXPERTS, "config": config("qwen3_moe")}
     assert validate_export(checkpoint, hf_state("qwen3_moe"), include_input_scale=True, **kwargs).ok
     report = validate_export(checkpoint, hf_state("qwen3_moe"), **kwargs)  # a live update must not carry them
