@@ -165,7 +165,8 @@ def _export(
             input_amax=input_amax,
         )
         dropped = set() if include_input_scale else {input_scale_name(item, dialect) for item in items}
-        yield from ((name, tensor) for name, tensor in out.items() if name not in dropped)
+        device = tensors[members[0]].device  # activation scales are made on the CPU: send them along
+        yield from ((name, tensor.to(device)) for name, tensor in out.items() if name not in dropped)
 
     for megatron_name, tensor in pairs:
         for hf_name, piece in megatron_to_hf(

@@ -544,8 +544,9 @@ class _UnitRun:
             return kept, ok, scales
         for role, ref in reference.items():
             ref = ref if select is None else ref.index_select(0, select)
-            found = torch.stack([self.exported[name].reshape(ref.shape[1:]) for name in self._names(kept, role)])
-            found = found.to(x.device)
+            # Stacked as integers of their element size: float8 stacks are not supported everywhere.
+            names = self._names(kept, role)
+            found = torch.stack([bits(self.exported[name]).reshape(ref.shape[1:]) for name in names]).to(x.device)
             ok &= _rows_equal(found, ref, len(keep))
             if role == "global" and scales is not None:
                 if select is None:

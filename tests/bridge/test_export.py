@@ -117,7 +117,7 @@ def test_activation_scales_of_a_calibrated_contract_need_calibration(megatron_st
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_export_is_byte_identical_to_cpu(megatron_state, config):
-    kwargs = {"contract": NVFP4_ALL, "config": config("deepseek_v3")}
+    kwargs = {"contract": NVFP4_ALL, "config": config("deepseek_v3"), "include_input_scale": True}
     state = megatron_state("deepseek_v3")
     cpu = dict(export_hf(state, **kwargs))
     cuda = dict(export_hf({n: t.cuda() for n, t in state.items()}, **kwargs))
