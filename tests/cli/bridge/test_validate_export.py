@@ -109,3 +109,12 @@ def test_ep_rank_dump_against_a_megatron_master_file_needs_a_config(tiny_checkpo
     wrong = _run(*args, "--ep-rank", "0", "--ep-size", "2")  # the master holds rank 1's experts as local ids
     assert wrong.exit_code == 1
     assert "expert 2 is not on EP rank 0 of 2, which holds experts 0-1" in wrong.output
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_validate_export_on_cuda(megatron_dir, tmp_path):
+    dump = _dump(_exported(megatron_dir), tmp_path / "dump")
+    result = _run(str(dump), "--master", str(megatron_dir), "--contract", CONTRACT, "--device", "cuda", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["device"].startswith("cuda")
