@@ -111,4 +111,11 @@ def tensor_metas(tensors: Mapping[str, torch.Tensor]) -> dict[str, tuple[str, tu
 
     if isinstance(tensors, SafetensorsFolder):
         return tensors.metas()
-    return {name: (dtype_name(t.dtype), tuple(t.shape)) for name, t in tensors.items()}
+    names: dict[torch.dtype, str] = {}  # dtype -> safetensors name, looked up once per dtype
+    metas: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for name, tensor in tensors.items():
+        dtype = tensor.dtype
+        if dtype not in names:
+            names[dtype] = dtype_name(dtype)
+        metas[name] = (names[dtype], tensor.shape)  # torch.Size compares equal to the tuple of its dims
+    return metas

@@ -77,11 +77,43 @@ class Source:
 
 @dataclass
 class _Batch:
+    """Sources of one format, tile and shape in one unit (stacked together on CUDA).
+
+    Attributes:
+        whole: master tensors whose stack, reshaped to ``(len(sources), rows, cols)``, is exactly the
+            sources in order (e.g. each expert's ``linear_fc1`` = its gate and up rows), so the
+            batch is one stack of whole tensors without slicing; None when the pieces do not tile
+            whole master tensors in order (QKV rows).
+    """
+
     fmt: str
     tile: str
     rows: int
     cols: int
     sources: list[int]
+    whole: list[str] | None = None
+
+
+def _whole_sources(pieces: list[Piece], master_rows: Mapping[str, int]) -> list[str] | None:
+    """The master tensors ``pieces`` tile in order, row range after row range (see :class:`_Batch`)."""
+    keys: list[str] = []
+    row = 0
+    for piece in pieces:
+        rows = piece.rows
+        if rows is None:
+            start, stop = 0, master_rows[piece.source]
+        elif isinstance(rows, slice):
+            start, stop = rows.start, rows.stop
+        else:
+            return None
+        if start == 0 and row == 0:
+            keys.append(piece.source)
+        elif start != row or piece.source != keys[-1]:
+            return None
+        row = 0 if stop == master_rows[piece.source] else stop
+    if row != 0 or len({master_rows[key] for key in keys}) != 1:  # torch.stack needs one shape
+        return None
+    return keys
 
 
 class _Unit:
@@ -98,7 +130,10 @@ class _Unit:
             rows, cols = src.item.info.shape
             tile = getattr(src.item.decision.recipe, "tile", "1x32")
             batches.setdefault((src.format, tile, rows, cols), []).append(index)
-        self.batches = [_Batch(f, t, r, c, members) for (f, t, r, c), members in batches.items()]
+        self.batches = [
+            _Batch(f, t, r, c, members, _whole_sources([plan.sources[i].piece for i in members], plan.master_rows))
+            for (f, t, r, c), members in batches.items()
+        ]
         self.master_keys = sorted({plan.sources[i].piece.source for i in sources})
         # NVFP4 sources in batch order, each with its shared-amax slot and its group's first member.
         self.nvfp4 = [i for b in self.batches if b.fmt == "nvfp4" for i in b.sources]
@@ -140,6 +175,7 @@ class ValidationPlan:
         self.naming = tables.naming(master)
         self.candidates: dict[str, Piece] = {}  # every HF tensor the master holds (EP diagnosis uses all)
         self.master_dtype: dict[str, str] = {}
+        self.master_rows = {key: shape[0] if shape else 1 for key, (_, shape) in master.items()}
         for key, (dtype, shape) in master.items():
             if self.naming == "hf":
                 tables.check_shape(key, shape, key, shape)
@@ -425,6 +461,14 @@ def _duplicate(name: str, files: list[str]) -> TensorResult:
     return TensorResult(name, "unexpected", findings=[Finding("duplicate", detail, cause)])
 
 
+def _stack_bits(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack`` viewed as integers of the element size (one view for the whole stack)."""
+    try:
+        return bits(torch.stack(tensors))
+    except RuntimeError:  # a build without float8 concatenation: stack the integer views instead
+        return torch.stack([bits(t) for t in tensors])
+
+
 def _rows_equal(found: torch.Tensor, reference: torch.Tensor, n: int) -> torch.Tensor:
     """Per stacked tensor: are all its bytes equal? (compared as int64 words where rows allow)."""
     a, b = bits(found).reshape(n, -1), bits(reference).reshape(n, -1)
@@ -471,17 +515,24 @@ class _UnitRun:
         self.unit, self.plan, self.exported, self.eligible = unit, plan, exported, eligible
         self.profile, self.dialect, self.device = profile, dialect, device
         self.stacked = stack
-        held = {key: master[key] for key in unit.master_keys}  # each master tensor read once per unit
-        self.values = {
-            i: plan.sources[i].piece.take(held[plan.sources[i].piece.source]) for b in unit.batches for i in b.sources
-        }
-        self.bf16 = {i: plan.sources[i].piece.take(held[plan.sources[i].piece.source]) for i in unit.bf16}
+        self.held = {key: master[key] for key in unit.master_keys}  # each master tensor read once per unit
+
+    def value(self, index: int) -> torch.Tensor:
+        """The master's values of source ``index`` (a view unless its rows are gathered)."""
+        piece = self.plan.sources[index].piece
+        return piece.take(self.held[piece.source])
+
+    def _stack(self, batch: _Batch) -> torch.Tensor:
+        if batch.whole is not None:  # whole master tensors: no slicing, half the stack inputs for fc1
+            stacked = torch.stack([self.held[key] for key in batch.whole])
+            return stacked.reshape(len(batch.sources), batch.rows, batch.cols)
+        return torch.stack([self.value(i) for i in batch.sources])
 
     def run(
         self, byte_flags: list[tuple[list[int], torch.Tensor]], sibling_flags: list[tuple[list[int], torch.Tensor]]
     ) -> None:
         unit = self.unit
-        stacks = [torch.stack([self.values[i] for i in b.sources]) for b in unit.batches] if self.stacked else []
+        stacks = [self._stack(b) for b in unit.batches] if self.stacked else []
         shared = self._shared_amax(stacks)
         scales = []
         offset = 0
@@ -501,8 +552,9 @@ class _UnitRun:
             exported_scales = torch.cat(scales)
             _, first = unit.indices(exported_scales.device)
             sibling_flags.append((unit.nvfp4, exported_scales == exported_scales[first]))
-        for index, want in self.bf16.items():
+        for index in unit.bf16:
             if self.eligible[index]:
+                want = self.value(index)
                 found = self.exported[self.plan.sources[index].name].to(want.device)
                 same = (bits(found).reshape(-1) == bits(want.contiguous()).reshape(-1)).all()
                 byte_flags.append(([index], same.reshape(1)))
@@ -521,7 +573,7 @@ class _UnitRun:
                 ]
             )
         else:
-            own = torch.stack([member_amax(self.values[i]) for i in unit.nvfp4])
+            own = torch.stack([member_amax(self.value(i)) for i in unit.nvfp4])
         slots, _ = unit.indices(own.device)
         group_amax = torch.zeros(unit.num_slots, dtype=torch.float32, device=own.device)
         return group_amax.scatter_reduce(0, slots, own, reduce="amax", include_self=False)[slots]
@@ -551,9 +603,10 @@ class _UnitRun:
             return kept, ok, scales
         for role, ref in reference.items():
             ref = ref if select is None else ref.index_select(0, select)
-            # Stacked as integers of their element size: float8 stacks are not supported everywhere.
-            names = self._names(kept, role)
-            found = torch.stack([bits(self.exported[name]).reshape(ref.shape[1:]) for name in names]).to(x.device)
+            tensors = [self.exported[name] for name in self._names(kept, role)]
+            if role == "global":  # () in ModelOpt, (1,) in compressed-tensors
+                tensors = [t if t.dim() == 0 else t.reshape(()) for t in tensors]
+            found = _stack_bits(tensors).to(x.device)
             ok &= _rows_equal(found, ref, len(keep))
             if role == "global" and scales is not None:
                 if select is None:
@@ -572,7 +625,7 @@ class _UnitRun:
         for k, index in enumerate(batch.sources):
             reference = _quantize(
                 batch.fmt,
-                self.values[index],
+                self.value(index),
                 tile=batch.tile,
                 scope="tensor",
                 amax=None if amax is None else amax[k],
@@ -596,8 +649,8 @@ class _UnitRun:
 
     def _input_scales_equal(self, kept: list[int], device: torch.device) -> torch.Tensor:
         expected = torch.stack([self.plan.sources[i].input_scale for i in kept]).to(device)  # type: ignore[misc]
-        found = torch.stack([self.exported[name].reshape(()) for name in self._names(kept, "input")]).to(device)
-        return bits(found).reshape(-1) == bits(expected).reshape(-1)
+        found = _stack_bits([self.exported[name].reshape(()) for name in self._names(kept, "input")]).to(device)
+        return found.reshape(-1) == bits(expected).reshape(-1)
 
 
 _VALIDATORS: OrderedDict[str, ExportValidator] = OrderedDict()

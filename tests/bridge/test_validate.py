@@ -405,3 +405,19 @@ def test_cuda_validation_passes_and_catches_a_fault(validate_export, megatron_st
     exported[name] = torch.nextafter(exported[name], torch.tensor(float("inf"), device="cuda"))
     (finding,) = _failures(validate_export(exported, master, **kwargs))["model.layers.0.mlp.experts.1.up_proj.weight"]
     assert "+1 ulp" in finding.cause
+
+
+def test_expert_fc1_batches_stack_whole_megatron_tensors(megatron_state, config):
+    from fp4convert.bridge import ExportValidator
+
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config("qwen3_moe"))
+    plan = validator._plan(megatron_state("qwen3_moe"))
+    wholes = [b.whole for unit in plan.units for b in unit.batches if b.whole is not None]
+    # gate/up pairs come straight from each expert's linear_fc1 (no slicing); down_proj from linear_fc2
+    assert [
+        "decoder.layers.0.mlp.experts.linear_fc1.weight0",
+        "decoder.layers.0.mlp.experts.linear_fc1.weight1",
+        "decoder.layers.0.mlp.experts.linear_fc1.weight2",
+        "decoder.layers.0.mlp.experts.linear_fc1.weight3",
+    ] in wholes
+    assert len(wholes) == 4  # fc1 and fc2 batches of the 2 MoE layers
