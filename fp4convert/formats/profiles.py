@@ -29,6 +29,7 @@ and ModelOpt's ``s2 = rn32(A / 2688)``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -58,8 +59,15 @@ def check_profile(profile: str) -> Profile:
     return profile  # type: ignore[return-value]
 
 
+@functools.lru_cache(maxsize=64)
+def _device_const(value: float, device: torch.device) -> torch.Tensor:
+    # Cached: building a CUDA scalar from a Python number is a blocking host-to-device copy, and
+    # the scale chain needs a handful per call. The tensors are never written to.
+    return torch.tensor(value, dtype=torch.float32, device=device)
+
+
 def _const(value: float, like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(value, dtype=torch.float32, device=like.device)
+    return _device_const(value, like.device)
 
 
 @dataclass(frozen=True)
