@@ -32,7 +32,6 @@ _COMMANDS: tuple[tuple[str, str], ...] = (
     ("publish", "publish"),
     ("to_megatron", "to_megatron"),
     ("validate_export", "validate_export"),
-    ("bridge", "bridge"),
 )
 
 
