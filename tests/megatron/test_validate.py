@@ -267,7 +267,8 @@ def test_cuda_validation_passes_and_catches_a_flipped_byte(key, contract, dialec
     cpu = {n: t.cpu() for n, t in exported.items()}
     assert validate_export(cpu, hf, **kwargs).ok  # the CPU reference accepts what CUDA exported
     # the quantized data tensor: `weight` (ModelOpt, SGLang MXFP8) or `weight_packed` (compressed-tensors NVFP4)
-    name = next(n for n in exported if n.endswith((".weight", ".weight_packed")) and exported[n].dtype != torch.bfloat16)
+    data = (".weight", ".weight_packed")
+    name = next(n for n in exported if n.endswith(data) and exported[n].dtype != torch.bfloat16)
     exported[name] = (exported[name].view(torch.uint8) ^ 1).view(exported[name].dtype)
     assert [f.tensor for f in validate_export(exported, megatron, **kwargs).findings] == [name]
 
