@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from fp4convert import __version__
+from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
 from fp4convert.contract import Contract, contract_hash, load_contract
@@ -30,7 +31,6 @@ from fp4convert.convert.manifest import (
     JOURNAL,
     MANIFEST,
     MANIFEST_VERSION,
-    file_sha256,
     write_json_atomic,
 )
 from fp4convert.convert.plan import ConversionPlan, PlannedTensor, build_plan, load_calibration, validate_plan
@@ -292,7 +292,7 @@ def _write_shard(
 def _tensor_hashes(path: Path) -> dict[str, str]:
     """sha256 of every tensor of a finished shard (how ``resume`` decides to keep it)."""
     with SafetensorsFile(path) as f:
-        return {name: hashlib.sha256(f.read_bytes(name).numpy()).hexdigest() for name in f.entries}
+        return {name: tensor_sha256(f.read_bytes(name)) for name in f.entries}
 
 
 def _manifest(

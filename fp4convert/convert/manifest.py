@@ -7,12 +7,12 @@ tensor. ``verify`` and ``publish`` read it; its presence marks a finished conver
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.errors import CheckpointError
 
 __all__ = ["JOURNAL", "MANIFEST", "file_sha256", "read_manifest", "write_json_atomic"]
@@ -20,14 +20,6 @@ __all__ = ["JOURNAL", "MANIFEST", "file_sha256", "read_manifest", "write_json_at
 MANIFEST = "fp4convert.json"
 JOURNAL = ".fp4convert-journal.json"
 MANIFEST_VERSION = 1
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

@@ -10,7 +10,6 @@ reported with its values.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.hashing import tensor_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, read_header
 from fp4convert.checkpoint.source import INDEX_NAME
 from fp4convert.convert.manifest import read_manifest
@@ -220,7 +220,7 @@ def _hash_tensors(directory: Path, by_file: Mapping[str, list[str]]) -> dict[str
 
     def hash_file(file: str) -> dict[str, str]:
         with SafetensorsFile(directory / file) as f:
-            return {n: hashlib.sha256(f.read_bytes(n).numpy()).hexdigest() for n in by_file[file]}
+            return {n: tensor_sha256(f.read_bytes(n)) for n in by_file[file]}
 
     out: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(len(by_file), torch.get_num_threads()))) as pool:

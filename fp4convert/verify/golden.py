@@ -10,7 +10,6 @@ records each fixture's parameters and the sha256 of every tensor and of the file
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from fp4convert import __version__
+from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.errors import CheckpointError
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import quantize_nvfp4
@@ -138,18 +138,6 @@ def quantize_fixture(spec: FixtureSpec, device: str | torch.device = "cpu") -> d
     return {k: v.contiguous().cpu() for k, v in out.items() if v is not None}
 
 
-def _sha256(t: torch.Tensor) -> str:
-    return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def regenerate(directory: str | Path, specs: list[FixtureSpec] | None = None) -> dict[str, object]:
     """Recompute every fixture on the CPU and (re)write the tensors file and the manifest.
 
@@ -165,7 +153,9 @@ def regenerate(directory: str | Path, specs: list[FixtureSpec] | None = None) ->
         outputs = quantize_fixture(spec)
         for key, value in outputs.items():
             tensors[f"{spec.name}/{key}"] = value
-        entries.append({"name": spec.name, **asdict(spec), "tensors": {k: _sha256(v) for k, v in outputs.items()}})
+        entries.append(
+            {"name": spec.name, **asdict(spec), "tensors": {k: tensor_sha256(v) for k, v in outputs.items()}}
+        )
     tmp_tensors = directory / (TENSORS + ".tmp")
     save_file(tensors, str(tmp_tensors), metadata={"generator": f"fp4convert {__version__}"})
     manifest = {
@@ -173,7 +163,7 @@ def regenerate(directory: str | Path, specs: list[FixtureSpec] | None = None) ->
         "torch": torch.__version__,
         "description": "Expected NVFP4/MXFP8 bytes; inputs are regenerated from each entry's parameters.",
         "file": TENSORS,
-        "file_sha256": _file_sha256(tmp_tensors),
+        "file_sha256": file_sha256(tmp_tensors),
         "fixtures": entries,
     }
     tmp_manifest = directory / (MANIFEST + ".tmp")
@@ -202,7 +192,7 @@ def _load(directory: Path) -> tuple[dict[str, object], dict[str, torch.Tensor]]:
                 file=str(path),
             )
     manifest = json.loads(manifest_path.read_text())
-    if _file_sha256(tensors_path) != manifest["file_sha256"]:
+    if file_sha256(tensors_path) != manifest["file_sha256"]:
         raise CheckpointError(
             f"{tensors_path} does not match the sha256 recorded in {manifest_path}",
             hint="the fixture file was modified; restore it from git or regenerate deliberately",

@@ -11,6 +11,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
+from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.cli import cli
 from fp4convert.errors import CheckpointError
 from fp4convert.verify import golden
@@ -65,7 +66,7 @@ def tampered(tmp_path):
     save_file(tensors, str(path))
     manifest_path = tmp_path / "g" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["file_sha256"] = golden._file_sha256(path)
+    manifest["file_sha256"] = file_sha256(path)
     manifest_path.write_text(json.dumps(manifest))
     return tmp_path / "g"
 
