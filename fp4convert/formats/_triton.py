@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from fp4convert.formats import profiles
+from fp4convert.formats.kernels import contiguous_rows
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 
 _PROFILE_CODES = {"te": 0, "te-2.13": 1, "modelopt": 2}
@@ -172,12 +173,8 @@ def _mxfp8_kernel(x_ptr, data_ptr, scale_ptr, rows, cols, ld, BR: tl.constexpr, 
     tl.store(data_ptr + r[:, None, None] * cols + col, q.to(tl.uint8), mask=mask3)
 
 
-def _rows_view(x2d: torch.Tensor) -> torch.Tensor:
-    return x2d if x2d.stride(-1) == 1 else x2d.contiguous()
-
-
 def row_amax(x2d: torch.Tensor) -> torch.Tensor:
-    x2d = _rows_view(x2d)
+    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     out = torch.empty(rows, dtype=torch.float32, device=x2d.device)
     if rows:
@@ -191,7 +188,7 @@ def nvfp4_matrix(
     profile: profiles.Profile,
     block_amax: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    x2d = _rows_view(x2d)
+    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     outer = profiles.outer_scales(row_amax.reshape(rows).to(x2d.device), profile)
     data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=x2d.device)
@@ -220,7 +217,7 @@ def nvfp4_matrix(
 
 
 def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    x2d = _rows_view(x2d)
+    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // MXFP8_BLOCK, dtype=torch.uint8, device=x2d.device)

@@ -123,7 +123,8 @@ def _native_ok(x2d: torch.Tensor) -> bool:
     return x2d.device.type == "cpu" and x2d.dtype in _DTYPE_CODES and native_available()
 
 
-def _contiguous_rows(x2d: torch.Tensor) -> torch.Tensor:
+def contiguous_rows(x2d: torch.Tensor) -> torch.Tensor:
+    """``x2d`` if its rows are contiguous (row stride free), else a contiguous copy."""
     return x2d if x2d.stride(-1) == 1 else x2d.contiguous()
 
 
@@ -136,7 +137,7 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     if not _native_ok(x2d):
         return nan_ignoring_abs(x2d).amax(dim=-1)
     lib = _native_lib()
-    x2d = _contiguous_rows(x2d)
+    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     out = torch.empty(rows, dtype=torch.float32)
     code = _DTYPE_CODES[x2d.dtype]
@@ -164,7 +165,7 @@ def nvfp4_matrix(
     if not _native_ok(x2d):
         return nvfp4_matrix_reference(x2d, row_amax, profile, block_amax)
     lib = _native_lib()
-    x2d = _contiguous_rows(x2d)
+    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     outer = profiles.outer_scales(row_amax.reshape(rows), profile)
     s_dec = outer.s_dec.contiguous()
@@ -206,7 +207,7 @@ def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if not _native_ok(x2d):
         return mxfp8_matrix_reference(x2d)
     lib = _native_lib()
-    x2d = _contiguous_rows(x2d)
+    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8)
     scale = torch.empty(rows, cols // MXFP8_BLOCK, dtype=torch.uint8)
