@@ -27,6 +27,7 @@ from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
 from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.convert.groups import group_input_amax, member_amax
 from fp4convert.convert.manifest import (
     JOURNAL,
     MANIFEST,
@@ -36,7 +37,6 @@ from fp4convert.convert.manifest import (
 from fp4convert.convert.plan import ConversionPlan, PlannedTensor, build_plan, load_calibration, validate_plan
 from fp4convert.dialects import get_dialect
 from fp4convert.errors import ConversionError
-from fp4convert.formats import kernels
 from fp4convert.formats.mxfp8 import MXFP8Tensor, quantize_mxfp8
 from fp4convert.formats.nvfp4 import NVFP4Tensor, quantize_nvfp4
 
@@ -165,7 +165,7 @@ class _GroupAmax:
                     t = self.fetch(name)
                     if self.plan.source.tensor_file[name] == item.source_file:
                         self.pending[name] = t  # same shard: it comes up soon, do not read it twice
-                amaxes.append(kernels.row_amax(t.reshape(-1, t.shape[-1])).amax())
+                amaxes.append(member_amax(t))
             self.values[group] = torch.stack(amaxes).amax()  # type: ignore[index]
         return self.values[group]  # type: ignore[index]
 
@@ -177,10 +177,7 @@ def _input_amax(item: PlannedTensor, plan: ConversionPlan, calibration: Mapping[
     if calibration is None or item.decision.format != "nvfp4":
         return None
     # Fused siblings read the same activations: they share one input scale (the max).
-    group = item.decision.fused_group
-    names = plan.groups.get(group or "", [item.info.name])
-    values = [calibration[n.rsplit(".", 1)[0]] for n in names if n.rsplit(".", 1)[0] in calibration]
-    return max(values) if values else None
+    return group_input_amax(plan.groups.get(item.decision.fused_group or "", [item.info.name]), calibration)
 
 
 def _check_destination(source: Path, destination: Path, overwrite: bool, resume: bool) -> Path:
