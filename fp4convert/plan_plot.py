@@ -73,9 +73,7 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
     except ImportError as exc:
-        raise Fp4ConvertError(
-            "drawing a plan needs matplotlib", hint="pip install 'fp4convert[plot]'"
-        ) from exc
+        raise Fp4ConvertError("drawing a plan needs matplotlib", hint="pip install 'fp4convert[plot]'") from exc
 
     grid = plan.grid()
     per_layer = plan.by_layer()
@@ -90,17 +88,13 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
         for column, role in enumerate(roles):
             if (layer, role) in grid:
                 colour = _cell_colour(grid[(layer, role)])
-                cells.add_patch(
-                    matplotlib.patches.Rectangle((column, row), 1, 1, facecolor=colour, edgecolor="white")
-                )
+                cells.add_patch(matplotlib.patches.Rectangle((column, row), 1, 1, facecolor=colour, edgecolor="white"))
     cells.set_xlim(0, len(roles))
     cells.set_ylim(len(layers), 0)
     cells.set_xticks([column + 0.5 for column in range(len(roles))], roles, rotation=60, ha="right")
     step = max(1, len(layers) // 40)  # keep at most ~40 labels readable
     ticks = list(range(0, len(layers), step))
-    cells.set_yticks(
-        [row + 0.5 for row in ticks], [_layer_label(layers[row], plan.num_layers) for row in ticks]
-    )
+    cells.set_yticks([row + 0.5 for row in ticks], [_layer_label(layers[row], plan.num_layers) for row in ticks])
     cells.set_title(f"{plan.contract} on {plan.family}", loc="left")
     cells.tick_params(length=0)
 

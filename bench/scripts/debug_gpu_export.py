@@ -8,11 +8,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, "tests")
-from conftest import build_tiny_checkpoint  # noqa: E402
+from conftest import build_tiny_checkpoint
 
-from fp4convert.contract import load_contract  # noqa: E402
-from fp4convert.families import hf_to_megatron, inventory_from_checkpoint, load_config  # noqa: E402
-from fp4convert.megatron import export_hf  # noqa: E402
+from fp4convert.contract import load_contract
+from fp4convert.families import hf_to_megatron, inventory_from_checkpoint, load_config
+from fp4convert.megatron import export_hf
 
 d = build_tiny_checkpoint("qwen3_moe", Path(tempfile.mkdtemp()) / "m")
 inv = inventory_from_checkpoint(d)

@@ -26,4 +26,4 @@ def file_sha256(path: str | Path) -> str:
 def tensor_sha256(tensor: torch.Tensor) -> str:
     """sha256 of a tensor's bytes (any dtype, any device; copied to the CPU if needed)."""
     data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-    return hashlib.sha256(data).hexdigest()
+    return hashlib.sha256(data).hexdigest()  # type: ignore[arg-type]  # numpy arrays are buffers

@@ -156,7 +156,7 @@ class SafetensorsFile:
         """The raw bytes of tensor ``name`` as a uint8 tensor (one positional read, no mmap)."""
         entry = self.entries[name]
         buf = torch.empty(entry.nbytes, dtype=torch.uint8)
-        view = memoryview(buf.numpy())
+        view = memoryview(buf.numpy())  # type: ignore[arg-type]  # numpy arrays are buffers
         done = 0
         while done < entry.nbytes:
             n = os.preadv(self._fd, [view[done:]], entry.start + done)
@@ -225,8 +225,8 @@ class StreamingWriter:
                 tensor=name,
             )
         data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-        self.sha256[name] = hashlib.sha256(data).hexdigest()
-        self._file.write(memoryview(data))
+        self.sha256[name] = hashlib.sha256(data).hexdigest()  # type: ignore[arg-type]  # a buffer
+        self._file.write(memoryview(data))  # type: ignore[arg-type]
         self._next += 1
 
     def close(self) -> None:

@@ -75,6 +75,7 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
             file=str(root),
         )
     index_path = root / INDEX_NAME
+    weight_map: dict[str, str] | None = None
     if index_path.is_file():
         weight_map = _read_json(index_path).get("weight_map")
         if not isinstance(weight_map, dict):
@@ -97,7 +98,7 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
                     f"tensor {tensor!r} is stored in both {tensor_file[tensor]} and {name}", tensor=tensor
                 )
             tensor_file[tensor] = name
-    if index_path.is_file():
+    if weight_map is not None:
         for tensor, name in weight_map.items():
             if tensor_file.get(tensor) != name:
                 raise CheckpointError(

@@ -23,10 +23,7 @@ def _layer_title(layer: LayerDiff, inventory: ModelInventory) -> str:
         name = f"layer {layer.layer} (MTP)"
     else:
         name = f"layer {layer.layer}"
-    return (
-        f"{name}: {len(layer.changes)} tensor(s) change, "
-        f"{layer.bytes_before:,} -> {layer.bytes_after:,} bytes"
-    )
+    return f"{name}: {len(layer.changes)} tensor(s) change, {layer.bytes_before:,} -> {layer.bytes_after:,} bytes"
 
 
 def render(result: ContractDiff, inventory: ModelInventory, *, summary: bool) -> str:
@@ -61,6 +58,4 @@ def diff(contract_a: Path, contract_b: Path, model: str, summary: bool, as_json:
     layer, with each changed layer's weight bytes under both."""
     inventory = load_model_inventory(model)
     result = diff_contracts(load_contract(contract_a), load_contract(contract_b), inventory)
-    click.echo(
-        json.dumps(result.to_dict(), indent=2) if as_json else render(result, inventory, summary=summary)
-    )
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else render(result, inventory, summary=summary))

@@ -51,4 +51,4 @@ def regenerate(directory: Path, yes: bool) -> None:
     if not yes:
         click.confirm(f"Overwrite the golden fixtures in {directory}?", abort=True)
     manifest = golden_lib.regenerate(directory)
-    click.echo(f"wrote {len(manifest['fixtures'])} fixtures to {directory}")  # type: ignore[arg-type]
+    click.echo(f"wrote {len(manifest['fixtures'])} fixtures to {directory}")

@@ -158,8 +158,7 @@ def diff_contracts(before: Contract, after: Contract, inventory: ModelInventory)
     # Decoder layers in order, then tensors outside any layer (embeddings, final norm, lm_head).
     order = sorted(per_layer, key=lambda layer: (layer is None, layer or 0))
     layers = tuple(
-        LayerDiff(layer, tuple(per_layer[layer]), layer_bytes[layer][0], layer_bytes[layer][1])
-        for layer in order
+        LayerDiff(layer, tuple(per_layer[layer]), layer_bytes[layer][0], layer_bytes[layer][1]) for layer in order
     )
     return ContractDiff(
         before=before.name,

@@ -83,9 +83,7 @@ _ROLE_NAMES: tuple[_RoleNames, ...] = (
     _RoleNames("routers", "*.mlp.router", "decoder.layers.0.mlp.router", (), ()),
     _RoleNames("lm_head", "*output_layer", "output_layer", (), ()),
     # Megatron MTP layers live under `mtp.layers.<k>.`; HF numbers them after the decoder layers.
-    _RoleNames(
-        "mtp_layers", "*mtp.layers.*", "mtp.layers.0.transformer_layer.mlp.experts.linear_fc1", (), ()
-    ),
+    _RoleNames("mtp_layers", "*mtp.layers.*", "mtp.layers.0.transformer_layer.mlp.experts.linear_fc1", (), ()),
 )
 _MTP_MEGATRON_SUBSTRING = "mtp.layers."
 
@@ -195,9 +193,7 @@ def _te_yaml(contract: Contract) -> Emitted:
     used = {fmt for _, _, fmt in matchers}
     for fmt in ("nvfp4", "mxfp8", "bf16"):
         if fmt in used:
-            config = (
-                f"transformer_engine_config_type: TEQuantizationParams, training_recipe: {_TE_RECIPES[fmt]}"
-            )
+            config = f"transformer_engine_config_type: TEQuantizationParams, training_recipe: {_TE_RECIPES[fmt]}"
             lines.append(f"  {fmt}: {{{config}}}")
     lines.append("matchers:")
     for key, glob, fmt in matchers:
@@ -231,9 +227,7 @@ def _layer_count_args(contract: Contract, num_layers: int | None) -> list[list[s
     ]
 
 
-def _extra_high_precision_args(
-    contract: Contract, num_layers: int | None, num_mtp_layers: int
-) -> list[list[str]]:
+def _extra_high_precision_args(contract: Contract, num_layers: int | None, num_mtp_layers: int) -> list[list[str]]:
     exceptions = contract.bf16_exceptions
     hf = list(exceptions.names.hf)
     megatron = list(exceptions.names.megatron)
@@ -242,9 +236,7 @@ def _extra_high_precision_args(
         megatron += _ROLE_NAMES[0].megatron_substrings
     if exceptions.mtp_layers:
         if num_layers is None:
-            raise _needs_layer_count(
-                contract, "keeping MTP layers bf16 (HF numbers them after the last layer)"
-            )
+            raise _needs_layer_count(contract, "keeping MTP layers bf16 (HF numbers them after the last layer)")
         hf += [f"model.layers.{num_layers + k}." for k in range(num_mtp_layers)]
         megatron += [_MTP_MEGATRON_SUBSTRING] if num_mtp_layers else []
     args = []
@@ -291,8 +283,7 @@ def _sglang_args(contract: Contract) -> Emitted:
     low = _low_precision(contract)
     if len(low) > 1:
         raise ContractError(
-            f"contract '{contract.name}' mixes NVFP4 and MXFP8; "
-            "no single SGLang --quantization method loads both",
+            f"contract '{contract.name}' mixes NVFP4 and MXFP8; no single SGLang --quantization method loads both",
             hint="serve one low-precision format per checkpoint",
             field="rules",
         )
@@ -332,9 +323,7 @@ def _env(contract: Contract) -> Emitted:
     return Emitted(_lines(lines), _scope_notes(contract))
 
 
-def emit(
-    contract: Contract, target: Target, *, num_layers: int | None = None, num_mtp_layers: int = 0
-) -> Emitted:
+def emit(contract: Contract, target: Target, *, num_layers: int | None = None, num_mtp_layers: int = 0) -> Emitted:
     """Render the contract for one consumer.
 
     Args:
@@ -364,6 +353,4 @@ def emit(
         return _sglang_args(contract)
     if target == "env":
         return _env(contract)
-    raise ContractError(
-        f"unknown emit target '{target}'", hint=f"use one of {', '.join(TARGETS)}", field="target"
-    )
+    raise ContractError(f"unknown emit target '{target}'", hint=f"use one of {', '.join(TARGETS)}", field="target")

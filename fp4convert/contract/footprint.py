@@ -79,9 +79,7 @@ def storage_bytes(tensor: TensorInfo, decision: Decision) -> int:
     recipe = decision.recipe
     if isinstance(recipe, NVFP4Recipe):
         outer = {"tensor": 1, "expert": tensor.shape[0] if len(tensor.shape) == 3 else 1, "row": rows}
-        return (
-            math.ceil(numel / 2) + rows * math.ceil(cols / NVFP4_BLOCK) + 4 * outer[recipe.weight_scale_scope]
-        )
+        return math.ceil(numel / 2) + rows * math.ceil(cols / NVFP4_BLOCK) + 4 * outer[recipe.weight_scale_scope]
     if isinstance(recipe, MXFP8Recipe):
         return numel + rows * math.ceil(cols / MXFP8_BLOCK)
     if tensor.gemm_weight:

@@ -187,9 +187,7 @@ class _ModelLint:
         self.grouped: dict[tuple[Severity, str, str | None], list[str]] = defaultdict(list)
         self.first_message: dict[tuple[Severity, str, str | None], tuple[str, str]] = {}
 
-    def add(
-        self, severity: Severity, code: str, rule: str | None, tensor: str, message: str, hint: str
-    ) -> None:
+    def add(self, severity: Severity, code: str, rule: str | None, tensor: str, message: str, hint: str) -> None:
         key = (severity, code, rule)
         self.grouped[key].append(tensor)
         self.first_message.setdefault(key, (message, hint))
@@ -255,9 +253,7 @@ class _ModelLint:
                 findings.append(Finding("warning", "rule-never-matches", message, hint, rule=rule_id))
             elif rule_id not in honoured:
                 message = f"{rule_id} ({rule.label}) matches tensors, but none of them gets {rule.format}"
-                hint = (
-                    "exceptions or more specific rules override it everywhere; drop it or narrow the others"
-                )
+                hint = "exceptions or more specific rules override it everywhere; drop it or narrow the others"
                 findings.append(Finding("warning", "rule-always-overridden", message, hint, rule=rule_id))
         return findings
 
@@ -312,9 +308,7 @@ class _ModelLint:
         for (severity, code, rule), tensors in self.grouped.items():
             message, hint = self.first_message[(severity, code, rule)]
             if code == "shape-unknown":
-                message = (
-                    f"{len(tensors)} quantized tensors have no shape; block divisibility was not checked"
-                )
+                message = f"{len(tensors)} quantized tensors have no shape; block divisibility was not checked"
                 hint = "give shapes in the --model list"
             else:
                 message = f"{_some(tensors)}: {message}"

@@ -36,8 +36,7 @@ _SUFFIXES = (".yaml", ".yml", ".json")
 _FIELD_HINTS: dict[str, str] = {
     "version": "add `version: 1` (the only contract format version)",
     "default": "set `default:` to nvfp4, mxfp8 or bf16, or to null to require a rule for every GEMM weight",
-    "rules": "a contract needs at least one rule, "
-    "e.g. {kind: glob, namespace: hf, pattern: '*', format: bf16}",
+    "rules": "a contract needs at least one rule, e.g. {kind: glob, namespace: hf, pattern: '*', format: bf16}",
     "name": "names use letters, digits, '_', '.' and '-', and start with a letter",
     "rules.name": "names use letters, digits, '_', '.' and '-', and start with a letter",
     "rules.pattern": "glob uses fnmatch (* ? [seq], close every '['); regex uses Python re and must "
@@ -86,9 +85,7 @@ def parse_contract(text: str, *, source: str = "<contract>", json_text: bool = F
     return validate_document(Contract, data, root, source, error_cls=ContractError)
 
 
-def read_document(
-    path: str | os.PathLike[str], *, error_cls: type[Fp4ConvertError]
-) -> tuple[Any, Node | None, str]:
+def read_document(path: str | os.PathLike[str], *, error_cls: type[Fp4ConvertError]) -> tuple[Any, Node | None, str]:
     """Read a YAML or JSON file safely: (data, YAML node tree for line numbers or None, source).
 
     Args:
@@ -119,9 +116,7 @@ def read_document(
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise error_cls(
-            f"{source}: cannot read the file: {reason}", hint="check the path", file=source
-        ) from exc
+        raise error_cls(f"{source}: cannot read the file: {reason}", hint="check the path", file=source) from exc
     data, root = _parse_text(text, source, json_text=file.suffix.lower() == ".json", error_cls=error_cls)
     return data, root, source
 
@@ -215,9 +210,7 @@ def _locate(root: Node | None, loc: list[int | str]) -> Node | None:
     found = root
     for part in loc:
         if isinstance(node, MappingNode) and isinstance(part, str):
-            entry = next(
-                (kv for kv in node.value if isinstance(kv[0], ScalarNode) and kv[0].value == part), None
-            )
+            entry = next((kv for kv in node.value if isinstance(kv[0], ScalarNode) and kv[0].value == part), None)
             if entry is None:
                 break
             found, node = entry
@@ -241,10 +234,7 @@ def _model_at(model: type[BaseModel], loc: list[int | str]) -> type[BaseModel] |
     for part in loc:
         if isinstance(part, int):
             continue
-        if (
-            not (isinstance(current, type) and issubclass(current, BaseModel))
-            or part not in current.model_fields
-        ):
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
             return None
         current = _unwrap_model(current.model_fields[part].annotation)
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
@@ -285,9 +275,7 @@ def _describe(error: ErrorDetails, loc: list[int | str], model: type[BaseModel])
     if kind == "literal_error":
         if key in _FIELD_HINTS:
             return f"found {found!r}, expected {ctx.get('expected')}", _FIELD_HINTS[key]
-        options = [
-            o.strip().strip("'") for o in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")
-        ]
+        options = [o.strip().strip("'") for o in str(ctx.get("expected", "")).replace(" or ", ", ").split(",")]
         close = difflib.get_close_matches(str(found), options, n=1)
         guess = f"did you mean '{close[0]}'? " if close else ""
         return f"found {found!r}, expected {ctx.get('expected')}", f"{guess}use one of {', '.join(options)}"
@@ -356,6 +344,4 @@ def validate_document(
         what, hint = _describe(error, loc, model)
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         where = f"{source}:{line}" if line is not None else source
-        raise error_cls(
-            f"{where}: {field}: {what}{more}", hint=hint, file=source, line=line, field=field
-        ) from None
+        raise error_cls(f"{where}: {field}: {what}{more}", hint=hint, file=source, line=line, field=field) from None

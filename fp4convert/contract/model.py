@@ -230,8 +230,7 @@ def _layer_count_form(value: Any) -> str | None:
 #: Either a number of layers or a :class:`LayerFraction`. The union tags ("layer-count",
 #: "layer-fraction") appear in pydantic error locations; the loader drops them.
 LayerCount = Annotated[
-    Annotated[Annotated[StrictInt, Field(ge=0)], Tag("layer-count")]
-    | Annotated[LayerFraction, Tag("layer-fraction")],
+    Annotated[Annotated[StrictInt, Field(ge=0)], Tag("layer-count")] | Annotated[LayerFraction, Tag("layer-fraction")],
     Discriminator(
         _layer_count_form,
         custom_error_type="layer_count",
@@ -451,7 +450,5 @@ def contract_hash(contract: Contract) -> str:
         >>> contract_hash(a) == contract_hash(b), len(contract_hash(a))
         (True, 64)
     """
-    canonical = json.dumps(
-        contract.canonical_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-    )
+    canonical = json.dumps(contract.canonical_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()

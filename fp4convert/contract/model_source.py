@@ -159,9 +159,7 @@ def load_model_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     if not file.exists():
         if family_function("inventory_from_config") is not None:
             return _from_families("inventory_from_config", file, "shipped config")  # e.g. "DeepSeek-V3"
-        raise MappingError(
-            f"{file}: no such file or directory", hint="check the --model path", file=str(file)
-        )
+        raise MappingError(f"{file}: no such file or directory", hint="check the --model path", file=str(file))
     data, root, source = read_document(file, error_cls=MappingError)
     if isinstance(data, dict) and "tensors" not in data and ("model_type" in data or "architectures" in data):
         return _from_families("inventory_from_config", file, "config.json")

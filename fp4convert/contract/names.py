@@ -78,9 +78,7 @@ def describe_tensor_name(
         except MappingError as exc:
             reason = f"no model family recognises it ({exc.message})"
         else:
-            spaces: frozenset[Namespace] = (
-                frozenset({"hf", "megatron"}) if tensor.megatron_name else frozenset({"hf"})
-            )
+            spaces: frozenset[Namespace] = frozenset({"hf", "megatron"}) if tensor.megatron_name else frozenset({"hf"})
             return tensor, spaces, ()
     scheme: Namespace = namespace or "hf"
     tensor = TensorInfo(

@@ -159,9 +159,7 @@ class Explanation:
             "rule": self.decision.rule,
             "reason": self.decision.reason,
             "fused_group": self.decision.fused_group,
-            "matched": [
-                {"rule": m.rule, "format": m.format, "detail": m.detail} for m in self.decision.matched
-            ],
+            "matched": [{"rule": m.rule, "format": m.format, "detail": m.detail} for m in self.decision.matched],
             "notes": list(self.notes),
         }
 
@@ -189,9 +187,7 @@ def _name_exception_matches(
         for i, sub in enumerate(names.megatron):
             if sub in tensor.megatron_name:
                 found.append(
-                    RuleMatch(
-                        f"bf16_exceptions.names.megatron[{i}]", "bf16", f"Megatron name contains '{sub}'"
-                    )
+                    RuleMatch(f"bf16_exceptions.names.megatron[{i}]", "bf16", f"Megatron name contains '{sub}'")
                 )
     return found
 
@@ -315,9 +311,7 @@ def resolve(
     notes: list[str] = []
     found: list[RuleMatch] = []
     if not tensor.gemm_weight:
-        found.append(
-            RuleMatch("non_gemm", "bf16", f"not a GEMM weight (role {tensor.role.value}): never quantized")
-        )
+        found.append(RuleMatch("non_gemm", "bf16", f"not a GEMM weight (role {tensor.role.value}): never quantized"))
     found += _name_exception_matches(contract, tensor, namespaces)
     switch = _ROLE_EXCEPTIONS.get(tensor.role)
     if switch is not None and getattr(contract.bf16_exceptions, switch):
@@ -418,9 +412,7 @@ def fused_conflicts(
     ]
 
 
-FUSED_CONFLICT_HINT = (
-    "the engines run fused siblings as one GEMM: put every sibling under the same rule or exception"
-)
+FUSED_CONFLICT_HINT = "the engines run fused siblings as one GEMM: put every sibling under the same rule or exception"
 
 
 def describe_conflict(group: str, members: tuple[TensorInfo, ...], decisions: dict[str, Decision]) -> str:
@@ -477,17 +469,13 @@ def _find_in_inventory(name: str, inventory: ModelInventory) -> tuple[TensorInfo
         notes: tuple[str, ...] = ()
         if len(pieces) > 1:
             listed = ", ".join(t.name for t in pieces)
-            notes = (
-                f"Megatron tensor '{name}' holds {len(pieces)} HF tensors ({listed}); explained the first",
-            )
+            notes = (f"Megatron tensor '{name}' holds {len(pieces)} HF tensors ({listed}); explained the first",)
         return pieces[0], notes
     candidates = list(by_hf) + [t.megatron_name for t in inventory if t.megatron_name]
     close = difflib.get_close_matches(name, candidates, n=3)
     raise MappingError(
         f"tensor '{name}' is not in the model ({len(inventory)} tensors, family {inventory.family})",
-        hint=f"did you mean {', '.join(repr(c) for c in close)}?"
-        if close
-        else "check the name and the model",
+        hint=f"did you mean {', '.join(repr(c) for c in close)}?" if close else "check the name and the model",
         tensor=name,
     )
 

@@ -276,8 +276,9 @@ def _write_shard(
                 pending.result()
             writer.close()
         except BaseException:
-            for pending in [*ahead.values(), *writes]:
-                pending.cancel()
+            unfinished: list[Future[Any]] = [*ahead.values(), *writes]
+            for future in unfinished:
+                future.cancel()
             amaxes.fetch = reader.read
             write_pool.shutdown(wait=True)
             writer.abort()

@@ -9,7 +9,7 @@ A dialect maps one planned tensor (its :class:`~fp4convert.inventory.TensorInfo`
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -154,10 +154,10 @@ class Dialect(abc.ABC):
         """The FP32 activation scale for a calibrated amax (None: per-token mode placeholder)."""
 
     @abc.abstractmethod
-    def quantization_config(self, contract: Contract, items: list[Planned]) -> dict[str, Any]:
+    def quantization_config(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         """The ``quantization_config`` block merged into config.json."""
 
-    def side_files(self, contract: Contract, items: list[Planned]) -> dict[str, Any]:
+    def side_files(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         """Extra JSON files (name -> content), e.g. ModelOpt's hf_quant_config.json."""
         return {}
 

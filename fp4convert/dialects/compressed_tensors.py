@@ -14,6 +14,7 @@ engine must quantize activations per token itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -98,7 +99,7 @@ class CompressedTensorsDialect(Dialect):
             return torch.tensor(1.0, dtype=torch.float32)
         return torch.div(torch.tensor(NVFP4_GLOBAL_MAX), torch.tensor(input_amax, dtype=torch.float32))
 
-    def quantization_config(self, contract: Contract, items: list[Planned]) -> dict[str, Any]:
+    def quantization_config(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         by_format: dict[str, list[str]] = {}
         for p in items:
             if p.quantized:

@@ -14,6 +14,7 @@ config.json too (without it SGLang silently picks its legacy ``w4afp8`` path).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -53,16 +54,17 @@ class ModelOptDialect(Dialect):
     def input_scale(self, input_amax: float | None) -> torch.Tensor:
         return calibrated_decode_scale(input_amax)
 
-    def _algo(self, items: list[Planned]) -> tuple[str, set[str]]:
-        used = {p.decision.format for p in items if p.quantized}
+    def _algo(self, items: Sequence[Planned]) -> tuple[str, set[str]]:
+        used: set[str] = {p.decision.format for p in items if p.quantized}
         if used == {"nvfp4", "mxfp8"}:
             return "MIXED_PRECISION", used
-        return (_ALGO[used.pop()]["quant_algo"] if used else "NONE"), {p.decision.format for p in items if p.quantized}
+        algo = str(_ALGO[next(iter(used))]["quant_algo"]) if used else "NONE"
+        return algo, used
 
-    def _quantized_layers(self, items: list[Planned]) -> dict[str, dict[str, Any]]:
+    def _quantized_layers(self, items: Sequence[Planned]) -> dict[str, dict[str, Any]]:
         return {p.module: dict(_ALGO[p.decision.format]) for p in items if p.quantized}
 
-    def quantization_config(self, contract: Contract, items: list[Planned]) -> dict[str, Any]:
+    def quantization_config(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         algo, used = self._algo(items)
         config: dict[str, Any] = {
             "quant_method": "modelopt",
@@ -85,7 +87,7 @@ class ModelOptDialect(Dialect):
         config.update(activation_mode_note(contract, items))
         return config
 
-    def side_files(self, contract: Contract, items: list[Planned]) -> dict[str, Any]:
+    def side_files(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         algo, used = self._algo(items)
         quantization: dict[str, Any] = {"quant_algo": algo, "kv_cache_quant_algo": _KV[contract.kv_cache]}
         if algo == "MIXED_PRECISION":

@@ -7,6 +7,7 @@ BF16 modules are listed in ``modules_to_not_convert``. Stores MXFP8 only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -29,7 +30,7 @@ class SGLangMXFP8Dialect(Dialect):
     def input_scale(self, input_amax: float | None) -> torch.Tensor:  # pragma: no cover - refused before
         raise NotImplementedError("sglang-mxfp8 stores no NVFP4 tensors")
 
-    def quantization_config(self, contract: Contract, items: list[Planned]) -> dict[str, Any]:
+    def quantization_config(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         return {
             "quant_method": "mxfp8",
             "activation_scheme": "dynamic",

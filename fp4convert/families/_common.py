@@ -55,9 +55,7 @@ GQA_ATTENTION = (
         "self_attention.linear_proj.weight",
         linear("self_attn.o_proj.weight", ("hidden", "q_size"), Role.ATTENTION),
     ),
-    Direct(
-        "self_attention.linear_proj.bias", vector("self_attn.o_proj.bias", "hidden"), requires=("o_bias",)
-    ),
+    Direct("self_attention.linear_proj.bias", vector("self_attn.o_proj.bias", "hidden"), requires=("o_bias",)),
 )
 
 #: Qwen3's per-head q/k RMSNorm (size head_dim).
@@ -97,9 +95,7 @@ ROUTED_EXPERTS = (
     ),
     GatedMLP(
         "mlp.experts.linear_fc1.weight{expert}",
-        gate=linear(
-            "mlp.experts.{expert}.gate_proj.weight", ("moe_intermediate", "hidden"), Role.ROUTED_EXPERT
-        ),
+        gate=linear("mlp.experts.{expert}.gate_proj.weight", ("moe_intermediate", "hidden"), Role.ROUTED_EXPERT),
         up=linear("mlp.experts.{expert}.up_proj.weight", ("moe_intermediate", "hidden"), Role.ROUTED_EXPERT),
         requires=("moe",),
     ),

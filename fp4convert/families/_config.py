@@ -65,10 +65,7 @@ def load_config(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
             return _parse(text, f"shipped config {source}")
         raise CheckpointError(
             f"no config.json at {path}",
-            hint=(
-                "pass a config.json, a checkpoint directory, or one of the shipped configs: "
-                + ", ".join(shipped)
-            ),
+            hint=("pass a config.json, a checkpoint directory, or one of the shipped configs: " + ", ".join(shipped)),
             file=str(path),
         )
     return _parse(path.read_text(encoding="utf-8"), str(path))

@@ -38,9 +38,7 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when two tensors have the same dtype, shape and bytes (NaN payloads and -0.0 included)."""
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
-    return torch.equal(
-        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
-    )
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def _experts_per_rank(mapper: NameMapper, ep_rank: int, ep_size: int) -> int | None:

@@ -158,9 +158,7 @@ def check_same_wildcards(megatron: Pattern, hf: Pattern) -> None:
         )
 
 
-_GROUPED_EXPERT = re.compile(
-    r"^(?P<head>(?:.+\.)?experts)\.(?P<linear>[a-z0-9_]+)\.(?P<param>[a-z_]+)\{expert\}$"
-)
+_GROUPED_EXPERT = re.compile(r"^(?P<head>(?:.+\.)?experts)\.(?P<linear>[a-z0-9_]+)\.(?P<param>[a-z_]+)\{expert\}$")
 
 
 def sequential_expert_spelling(grouped: str) -> str:

@@ -117,9 +117,7 @@ def _describe_unique(mapper: NameMapper, name: str) -> TensorInfo:
             hint="the family table is ambiguous; make the entries' `requires` exclusive",
             tensor=name,
         )
-    raise MappingError(
-        f"tensor `{name}` is not a {family} tensor", hint=_unmapped_hint(mapper, name), tensor=name
-    )
+    raise MappingError(f"tensor `{name}` is not a {family} tensor", hint=_unmapped_hint(mapper, name), tensor=name)
 
 
 def _unmapped_hint(mapper: NameMapper, name: str) -> str:
@@ -130,9 +128,7 @@ def _unmapped_hint(mapper: NameMapper, name: str) -> str:
             "save_original_format=True, which writes one tensor per expert projection"
         )
     if name.endswith("_scale_inv") or name.endswith("_scale") or name.endswith("input_scale"):
-        return (
-            "this looks like a quantized source checkpoint; convert from a BF16 checkpoint (dequantize first)"
-        )
+        return "this looks like a quantized source checkpoint; convert from a BF16 checkpoint (dequantize first)"
     unconstrained = NameMapper(mapper.family, None)
     try:
         known = _matches(unconstrained, name)

@@ -208,9 +208,7 @@ class NameMapper:
                 values = spelling.pattern.match(rest)
                 if values is not None:
                     self._check_expert(values.get("expert"), name, num_local_experts)
-                    found.append(
-                        Match(self.family, entry, location, values.get("expert"), 0, spelling.layout)
-                    )
+                    found.append(Match(self.family, entry, location, values.get("expert"), 0, spelling.layout))
                     break
         return found
 
@@ -231,8 +229,7 @@ class NameMapper:
             )
         if index >= self.num_mtp_layers:
             raise MappingError(
-                f"tensor `{name}` is in MTP layer {index}, "
-                f"but the model has {self.num_mtp_layers} MTP layers",
+                f"tensor `{name}` is in MTP layer {index}, but the model has {self.num_mtp_layers} MTP layers",
                 hint=f"check the checkpoint against its config.json ({self.family.mtp_layers_key})",
                 tensor=name,
             )
@@ -365,9 +362,7 @@ class NameMapper:
             if not self.is_active(entry.requires, location.hf_layer):
                 continue
             has_experts = any(piece.pattern.wildcards for piece in entry.pieces)
-            experts: range | list[None] = (
-                range(self.dims[self.family.num_experts_dim]) if has_experts else [None]
-            )
+            experts: range | list[None] = range(self.dims[self.family.num_experts_dim]) if has_experts else [None]
             for expert in experts:
                 match = Match(self.family, entry, location, expert, 0)
                 for piece in range(len(entry.pieces)):

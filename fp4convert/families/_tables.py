@@ -122,9 +122,7 @@ class Spelling:
     canonical: bool
 
 
-def _spellings(
-    canonical: str, aliases: tuple[str, ...], pieces: tuple[HFTensor, ...]
-) -> tuple[Spelling, ...]:
+def _spellings(canonical: str, aliases: tuple[str, ...], pieces: tuple[HFTensor, ...]) -> tuple[Spelling, ...]:
     """Compile an entry's Megatron spellings, checking each carries the same wildcards as the HF side.
 
     An expert entry is written in the TEGroupedMLP spelling; the SequentialMLP one is derived.

@@ -87,9 +87,7 @@ _MOE_EXTRAS = (
     ),
     GatedMLP(
         "mlp.shared_experts.linear_fc1.weight",
-        gate=linear(
-            "mlp.shared_experts.gate_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT
-        ),
+        gate=linear("mlp.shared_experts.gate_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
         up=linear("mlp.shared_experts.up_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
         requires=("shared_experts",),
     ),

@@ -37,9 +37,7 @@ def _features(config: ModelConfig, layer: int | None) -> frozenset[str]:
         num_experts = config.get_first_int("num_experts", "num_local_experts")
         sparse_step = config.get_int("decoder_sparse_step", default=1)
         is_moe = (
-            layer not in config.get_int_list("mlp_only_layers")
-            and num_experts > 0
-            and (layer + 1) % sparse_step == 0
+            layer not in config.get_int_list("mlp_only_layers") and num_experts > 0 and (layer + 1) % sparse_step == 0
         )
         found.add("moe" if is_moe else "dense_mlp")
     return frozenset(found)

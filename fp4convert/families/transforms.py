@@ -107,8 +107,7 @@ def split_qkv(
     """
     if num_query_groups <= 0 or num_attention_heads % num_query_groups:
         raise MappingError(
-            f"num_attention_heads {num_attention_heads} is not a multiple of "
-            f"num_query_groups {num_query_groups}",
+            f"num_attention_heads {num_attention_heads} is not a multiple of num_query_groups {num_query_groups}",
             hint="check num_attention_heads / num_key_value_heads in config.json",
         )
     heads_per_group = num_attention_heads // num_query_groups
@@ -181,8 +180,7 @@ def local_to_global_expert(local: int, *, ep_rank: int, num_local_experts: int) 
     """
     if not 0 <= local < num_local_experts or ep_rank < 0:
         raise MappingError(
-            f"local expert {local} on EP rank {ep_rank} is out of range "
-            f"(each rank holds {num_local_experts} experts)",
+            f"local expert {local} on EP rank {ep_rank} is out of range (each rank holds {num_local_experts} experts)",
             hint="check the EP rank / size against the expert count",
         )
     return ep_rank * num_local_experts + local

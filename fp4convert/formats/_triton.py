@@ -1,3 +1,5 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton JIT functions take and return Triton tensors; Python annotations would not describe them.)
 """Triton kernels for CUDA tensors: the same arithmetic as ``_native.c`` and the torch reference.
 
 Exactness rules for Triton: divisions use ``tl.math.div_rn`` (plain ``/`` on fp32 is approximate),

@@ -59,6 +59,13 @@ def _native_lib() -> Any | None:
     return lib
 
 
+def _lib() -> Any:
+    lib = _native_lib()
+    if lib is None:  # callers check native_available() first
+        raise RuntimeError("the native fp4convert kernel is not built")
+    return lib
+
+
 def native_available() -> bool:
     """True when the compiled CPU kernel is built and loadable."""
     return _native_lib() is not None
@@ -136,7 +143,7 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
         return _triton.row_amax(x2d)
     if not _native_ok(x2d):
         return nan_ignoring_abs(x2d).amax(dim=-1)
-    lib = _native_lib()
+    lib = _lib()
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     out = torch.empty(rows, dtype=torch.float32)
@@ -164,7 +171,7 @@ def nvfp4_matrix(
         return _triton.nvfp4_matrix(x2d, row_amax, profile, block_amax)
     if not _native_ok(x2d):
         return nvfp4_matrix_reference(x2d, row_amax, profile, block_amax)
-    lib = _native_lib()
+    lib = _lib()
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     outer = profiles.outer_scales(row_amax.reshape(rows), profile)
@@ -206,7 +213,7 @@ def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return _triton.mxfp8_matrix(x2d)
     if not _native_ok(x2d):
         return mxfp8_matrix_reference(x2d)
-    lib = _native_lib()
+    lib = _lib()
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.hashing import tensor_sha256
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, read_header
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.checkpoint.source import INDEX_NAME
 from fp4convert.convert.manifest import read_manifest
 from fp4convert.errors import CheckpointError
@@ -75,9 +75,9 @@ class VerifyReport:
         }
 
 
-def _headers(directory: Path, files: set[str], report: VerifyReport) -> dict[str, tuple[str, dict[str, Any]]]:
+def _headers(directory: Path, files: set[str], report: VerifyReport) -> dict[str, tuple[str, TensorEntry]]:
     """tensor name -> (file, entry) over every shard; missing or unreadable files are findings."""
-    found: dict[str, tuple[str, Any]] = {}
+    found: dict[str, tuple[str, TensorEntry]] = {}
     for name in sorted(files):
         path = directory / name
         if not path.is_file():

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -128,7 +129,7 @@ def quantize_fixture(spec: FixtureSpec, device: str | torch.device = "cpu") -> d
     params = dict(VARIANTS[spec.variant])
     if params.pop("format") == "mxfp8":
         q = quantize_mxfp8(x, axis=params["axis"])  # type: ignore[arg-type]
-        out = {"data": q.data, "scale": q.scale}
+        out: dict[str, torch.Tensor | None] = {"data": q.data, "scale": q.scale}
     else:
         columnwise = bool(params.pop("columnwise", False))
         q4 = quantize_nvfp4(x, columnwise=columnwise, profile=spec.profile, **params)  # type: ignore[arg-type]
@@ -138,7 +139,7 @@ def quantize_fixture(spec: FixtureSpec, device: str | torch.device = "cpu") -> d
     return {k: v.contiguous().cpu() for k, v in out.items() if v is not None}
 
 
-def regenerate(directory: str | Path, specs: list[FixtureSpec] | None = None) -> dict[str, object]:
+def regenerate(directory: str | Path, specs: list[FixtureSpec] | None = None) -> dict[str, Any]:
     """Recompute every fixture on the CPU and (re)write the tensors file and the manifest.
 
     Files are written under temporary names and renamed, so an interrupted run leaves the old
@@ -182,7 +183,7 @@ class FixtureResult:
     mismatches: dict[str, str] = field(default_factory=dict)
 
 
-def _load(directory: Path) -> tuple[dict[str, object], dict[str, torch.Tensor]]:
+def _load(directory: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     manifest_path, tensors_path = directory / MANIFEST, directory / TENSORS
     for path in (manifest_path, tensors_path):
         if not path.is_file():
@@ -215,7 +216,7 @@ def _describe_difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
 def verify(directory: str | Path, device: str | torch.device = "cpu") -> Iterator[FixtureResult]:
     """Recompute every fixture of the manifest on ``device`` and compare bytes with the stored ones."""
     manifest, stored = _load(Path(directory))
-    for entry in manifest["fixtures"]:  # type: ignore[union-attr]
+    for entry in manifest["fixtures"]:
         spec = FixtureSpec(
             kind=entry["kind"],
             variant=entry["variant"],

@@ -65,9 +65,7 @@ def test_check_json() -> None:
     assert len(report["sha256"]) == 64
 
 
-def test_bad_contract_is_one_line_on_stderr_with_a_hint(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_contract_is_one_line_on_stderr_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(Path(PER_TOKEN).read_text().replace("    tile: 1x16", "    tile: 1x32"))
     with pytest.raises(SystemExit) as exit_info:

@@ -70,9 +70,7 @@ def test_bytes_per_format() -> None:
     tensors = (
         TensorInfo("model.layers.0.mlp.experts.0.down_proj.weight", (64, 128), layer=0, gemm_weight=True),
         TensorInfo("model.layers.0.mlp.down_proj.weight", (64, 128), layer=0, gemm_weight=True),
-        TensorInfo(
-            "model.layers.0.self_attn.o_proj.weight", (64, 128), dtype="float32", layer=0, gemm_weight=True
-        ),
+        TensorInfo("model.layers.0.self_attn.o_proj.weight", (64, 128), dtype="float32", layer=0, gemm_weight=True),
         TensorInfo("model.layers.0.mlp.gate.e_score_correction_bias", (64,), dtype="float32", layer=0),
     )
     contract = _contract(
@@ -169,9 +167,7 @@ def test_plan_text_shows_tensors_and_totals(
     capsys: pytest.CaptureFixture[str], tiny_checkpoint: Callable[[str], Path]
 ) -> None:
     directory = tiny_checkpoint("qwen3_moe")
-    code, out, _ = run(
-        ["plan", str(CONTRACTS / "nvfp4-experts-per-token.yaml"), "--model", str(directory)], capsys
-    )
+    code, out, _ = run(["plan", str(CONTRACTS / "nvfp4-experts-per-token.yaml"), "--model", str(directory)], capsys)
     assert code == 0
     assert out.startswith("plan: contract 'nvfp4-experts-per-token' on qwen3_moe (3 layers, 56 tensors)\n")
     assert "model.layers.0.mlp.experts.*.gate_proj.weight (x4)" in out
@@ -214,8 +210,7 @@ def test_plan_plot_refuses_other_formats(tmp_path: Path, capsys: pytest.CaptureF
     code, _, err = run([*argv, str(tmp_path / "plan.pdf")], capsys)
     assert code == 1
     assert err == (
-        "error[fp4convert]: cannot draw a plot as 'plan.pdf'\n"
-        "  hint: use a file name ending in .png or .svg\n"
+        "error[fp4convert]: cannot draw a plot as 'plan.pdf'\n  hint: use a file name ending in .png or .svg\n"
     )
 
 
@@ -224,7 +219,5 @@ def test_plan_unsupported_model_is_one_line(tmp_path: Path, capsys: pytest.Captu
     config.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
     code, _, err = run(["plan", str(CONTRACTS / "bf16-all.yaml"), "--model", str(config)], capsys)
     assert code == 1
-    assert err.startswith(
-        "error[mapping]: unsupported model: architectures ['GPT2LMHeadModel'], model_type 'gpt2'\n"
-    )
+    assert err.startswith("error[mapping]: unsupported model: architectures ['GPT2LMHeadModel'], model_type 'gpt2'\n")
     assert "supported architectures: DeepseekV3ForCausalLM" in err

@@ -90,9 +90,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("mxfp8-end-to-end", "megatron-args"): MXFP8_MEGATRON,
     ("mxfp8-end-to-end", "sglang-args"): MXFP8_SGLANG,
     ("mxfp8-end-to-end", "env"): "NVTE_BACKWARD_OVERRIDE=high_precision\n",
-    ("nvfp4-experts-per-token", "te-yaml"): TE_HEADER.format(
-        name="nvfp4-experts-per-token", hash="c7f1a448b2f4e27d"
-    )
+    ("nvfp4-experts-per-token", "te-yaml"): TE_HEADER.format(name="nvfp4-experts-per-token", hash="c7f1a448b2f4e27d")
     + HF_RULES_COMMENT
     + PER_TOKEN_TE_BODY,
     ("nvfp4-experts-per-token", "megatron-args"): PER_TOKEN_MEGATRON,
@@ -132,9 +130,7 @@ def test_every_shipped_contract_and_target_is_pinned() -> None:
 @pytest.mark.parametrize(("stem", "target"), sorted(EXPECTED))
 def test_emitted_text_is_exact(stem: str, target: str) -> None:
     num_layers, num_mtp = MODEL_FOR.get(stem, (None, 0))
-    result = emit(
-        load_contract(CONTRACTS / f"{stem}.yaml"), target, num_layers=num_layers, num_mtp_layers=num_mtp
-    )  # type: ignore[arg-type]
+    result = emit(load_contract(CONTRACTS / f"{stem}.yaml"), target, num_layers=num_layers, num_mtp_layers=num_mtp)  # type: ignore[arg-type]
     assert result.text == EXPECTED[(stem, target)]
 
 
@@ -181,8 +177,7 @@ def test_te_yaml_needs_megatron_rules_and_globs() -> None:
     with pytest.raises(ContractError) as info:
         emit(make_contract(), "te-yaml")
     assert info.value.message == (
-        "contract 'test' has no Megatron-namespace rule, "
-        "and TransformerEngine only sees Megatron module paths"
+        "contract 'test' has no Megatron-namespace rule, and TransformerEngine only sees Megatron module paths"
     )
     regex = make_contract(rules=[rule(r".*\.linear_fc1", "nvfp4", kind="regex", namespace="megatron")])
     with pytest.raises(ContractError, match=r"^rules\[0\]: TransformerEngine matchers are globs"):
@@ -234,6 +229,4 @@ def test_notes_say_what_the_target_cannot_carry() -> None:
         "per-token NVFP4 activations are switched on by the environment (`--target env`)",
     )
     row = make_contract(formats={"nvfp4": {"weight_scale_scope": "row"}})
-    assert (
-        emit(row, "env").notes[0].startswith("weight_scale_scope 'row' is applied by fp4convert's converter")
-    )
+    assert emit(row, "env").notes[0].startswith("weight_scale_scope 'row' is applied by fp4convert's converter")

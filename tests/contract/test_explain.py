@@ -31,9 +31,7 @@ def test_explain_by_hf_name_lists_every_match_and_the_winner(toy_mla: ModelInven
 
 
 def test_explain_by_megatron_name_of_a_fused_tensor(toy_mla: ModelInventory) -> None:
-    explanation = make_contract(**MLA_CONTRACT).explain(
-        "decoder.layers.1.mlp.experts.linear_fc1.weight2", toy_mla
-    )
+    explanation = make_contract(**MLA_CONTRACT).explain("decoder.layers.1.mlp.experts.linear_fc1.weight2", toy_mla)
     assert explanation.tensor.name == "model.layers.1.mlp.experts.2.gate_proj.weight"
     assert explanation.decision.format == "mxfp8"
     assert explanation.decision.fused_group == "model.layers.1.mlp.experts.2.gate_up"
@@ -48,8 +46,7 @@ def test_explain_an_unknown_name_suggests_close_ones(toy_mla: ModelInventory) ->
     with pytest.raises(MappingError) as info:
         make_contract().explain("model.layers.2.self_attn.kv_b_prj.weight", toy_mla)
     assert info.value.message == (
-        "tensor 'model.layers.2.self_attn.kv_b_prj.weight' is not in the model "
-        "(123 tensors, family toy_deepseek_v3)"
+        "tensor 'model.layers.2.self_attn.kv_b_prj.weight' is not in the model (123 tensors, family toy_deepseek_v3)"
     )
     assert info.value.hint is not None
     assert info.value.hint.startswith("did you mean 'model.layers.2.self_attn.kv_b_proj.weight'")
@@ -57,9 +54,7 @@ def test_explain_an_unknown_name_suggests_close_ones(toy_mla: ModelInventory) ->
 
 def test_explain_namespace_restricts_rules_and_name_exceptions(toy_mla: ModelInventory) -> None:
     contract = make_contract(**MLA_CONTRACT)
-    megatron_view = contract.explain(
-        "model.layers.2.self_attn.kv_b_proj.weight", toy_mla, namespace="megatron"
-    )
+    megatron_view = contract.explain("model.layers.2.self_attn.kv_b_proj.weight", toy_mla, namespace="megatron")
     assert [m.rule for m in megatron_view.decision.matched] == [
         "bf16_exceptions.names.megatron[0]",
         "rules[1]",
@@ -71,9 +66,7 @@ def test_explain_namespace_restricts_rules_and_name_exceptions(toy_mla: ModelInv
 def test_explain_without_families_uses_the_name_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(names, "family_function", lambda name: None)
     contract = make_contract(rules=MLA_CONTRACT["rules"], bf16_exceptions={"last_layers": 2})
-    explanation = contract.explain(
-        "decoder.layers.3.self_attention.linear_kv_up_proj.weight", namespace="megatron"
-    )
+    explanation = contract.explain("decoder.layers.3.self_attention.linear_kv_up_proj.weight", namespace="megatron")
     assert explanation.tensor.layer == 3
     assert explanation.tensor.role is Role.OTHER
     assert explanation.decision.format == "mxfp8"  # no name exception in this contract; rules[1] wins

@@ -31,9 +31,7 @@ def test_per_token_scales_need_an_etp_size() -> None:
     findings = lint(make_contract(formats={"nvfp4": {"per_token_activations": True}}))
     finding = _only(findings, "per-token-without-etp")
     assert finding.severity == "error"
-    assert (
-        finding.message == "NVFP4 per-token activation scales are on but expert_tensor_parallel_size is unset"
-    )
+    assert finding.message == "NVFP4 per-token activation scales are on but expert_tensor_parallel_size is unset"
     fixed = make_contract(formats={"nvfp4": {"per_token_activations": True}}, expert_tensor_parallel_size=1)
     assert lint(fixed) == ()
 
@@ -62,8 +60,7 @@ def test_duplicate_rules() -> None:
     finding = _only(lint(conflicting), "duplicate-rule")
     assert finding.severity == "error"
     assert (
-        finding.message
-        == "rules[1] repeats the pattern of rules[0] (hf glob '*') with another format (bf16 vs mxfp8)"
+        finding.message == "rules[1] repeats the pattern of rules[0] (hf glob '*') with another format (bf16 vs mxfp8)"
     )
 
 
@@ -71,8 +68,7 @@ def test_mla_probe_without_a_model() -> None:
     finding = _only(lint(make_contract(rules=[rule("*", "mxfp8")])), "mla-1d-blocks")
     assert finding.severity == "warning"
     assert finding.message == (
-        "on an MLA model (DeepSeek naming) kv_b_proj / linear_kv_up_proj would be mxfp8 "
-        "with 1-D blocks (rules[0])"
+        "on an MLA model (DeepSeek naming) kv_b_proj / linear_kv_up_proj would be mxfp8 with 1-D blocks (rules[0])"
     )
     two_d = make_contract(rules=[rule("*", "nvfp4")], formats={"nvfp4": {"tile": "16x16"}})
     assert lint(two_d) == ()
@@ -113,9 +109,7 @@ def test_dead_rules(toy_moe: ModelInventory) -> None:
     findings = lint(contract, toy_moe)
     assert _codes(findings) == [("warning", "rule-never-matches"), ("warning", "rule-always-overridden")]
     assert findings[0].rule == "rules[1]"
-    assert findings[1].message == (
-        "rules[2] (hf glob '*.mlp.gate.*') matches tensors, but none of them gets mxfp8"
-    )
+    assert findings[1].message == ("rules[2] (hf glob '*.mlp.gate.*') matches tensors, but none of them gets mxfp8")
 
 
 def test_mirrored_rules_are_not_dead(toy_moe: ModelInventory) -> None:

@@ -27,9 +27,7 @@ rules:
 bf16_exceptions:
   last_layers: 2
 """
-RULES_HINT = (
-    "a contract needs at least one rule, e.g. {kind: glob, namespace: hf, pattern: '*', format: bf16}"
-)
+RULES_HINT = "a contract needs at least one rule, e.g. {kind: glob, namespace: hf, pattern: '*', format: bf16}"
 RULES_BLOCK = GOOD[GOOD.index("rules:") : GOOD.index("bf16_exceptions:") - 1]
 PATTERN_HINT = (
     "glob uses fnmatch (* ? [seq], close every '['); regex uses Python re and must match the whole name; "
@@ -98,8 +96,7 @@ def test_good_contract_parses() -> None:
         (
             "invalid glob",
             ('    pattern: "*.mlp.experts.*"', '    pattern: "*.mlp.[experts.*"'),
-            "c.yaml:10: rules[0].pattern: invalid glob: '[' at position 6 is never closed: "
-            "'*.mlp.[experts.*'",
+            "c.yaml:10: rules[0].pattern: invalid glob: '[' at position 6 is never closed: '*.mlp.[experts.*'",
             PATTERN_HINT,
         ),
         (
@@ -108,8 +105,7 @@ def test_good_contract_parses() -> None:
                 '  - kind: glob\n    namespace: hf\n    pattern: "*.mlp.experts.*"',
                 '  - kind: regex\n    namespace: hf\n    pattern: "(model"',
             ),
-            "c.yaml:10: rules[0].pattern: invalid regex: missing ), unterminated subpattern at position 0: "
-            "'(model'",
+            "c.yaml:10: rules[0].pattern: invalid regex: missing ), unterminated subpattern at position 0: '(model'",
             PATTERN_HINT,
         ),
         (
@@ -220,9 +216,7 @@ def test_json_errors_name_the_line(tmp_path: Path) -> None:
     path.write_text("\n".join(lines))
     with pytest.raises(ContractError) as info:
         load_contract(path)
-    assert (
-        info.value.message == f"{path}:7: rules[0].format: found 'bf17', expected 'nvfp4', 'mxfp8' or 'bf16'"
-    )
+    assert info.value.message == f"{path}:7: rules[0].format: found 'bf17', expected 'nvfp4', 'mxfp8' or 'bf16'"
 
 
 def test_json_duplicate_keys_are_refused(tmp_path: Path) -> None:
@@ -244,9 +238,7 @@ def test_json_syntax_error(tmp_path: Path) -> None:
 def test_missing_file_and_wrong_extension(tmp_path: Path) -> None:
     with pytest.raises(ContractError) as info:
         load_contract(tmp_path / "absent.yaml")
-    assert (
-        info.value.message == f"{tmp_path / 'absent.yaml'}: cannot read the file: No such file or directory"
-    )
+    assert info.value.message == f"{tmp_path / 'absent.yaml'}: cannot read the file: No such file or directory"
     other = tmp_path / "contract.toml"
     other.write_text("version = 1")
     with pytest.raises(ContractError) as info:

@@ -84,12 +84,9 @@ def test_configs_and_directories_need_the_families(tmp_path: Path) -> None:
     with pytest.raises(MappingError) as info:
         load_model_inventory(config)
     assert info.value.message == (
-        f"{config}: reading a config.json needs fp4convert.families.inventory_from_config, which is not "
-        "available yet"
+        f"{config}: reading a config.json needs fp4convert.families.inventory_from_config, which is not available yet"
     )
-    assert (
-        info.value.hint == "pass a tensor list file instead: a JSON/YAML list of {name, shape, role?, layer?}"
-    )
+    assert info.value.hint == "pass a tensor list file instead: a JSON/YAML list of {name, shape, role?, layer?}"
     with pytest.raises(MappingError, match="reading a checkpoint directory needs"):
         load_model_inventory(tmp_path)
     with pytest.raises(MappingError) as info:

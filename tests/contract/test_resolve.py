@@ -49,9 +49,7 @@ def test_non_gemm_tensors_are_never_quantized_whatever_the_rules() -> None:
 
 
 def test_name_exception_beats_role_exception_and_rules() -> None:
-    contract = make_contract(
-        rules=[rule("*", "mxfp8")], bf16_exceptions={"names": {"hf": [".shared_experts."]}}
-    )
+    contract = make_contract(rules=[rule("*", "mxfp8")], bf16_exceptions={"names": {"hf": [".shared_experts."]}})
     shared = _tensor("model.layers.3.mlp.shared_experts.up_proj.weight", Role.SHARED_EXPERT)
     assert _rules(contract, shared) == [
         "bf16_exceptions.names.hf[0]",
@@ -65,9 +63,7 @@ def test_name_exception_beats_role_exception_and_rules() -> None:
 
 
 def test_role_exception_beats_mtp_and_layer_counts() -> None:
-    contract = make_contract(
-        rules=[rule("*", "mxfp8")], bf16_exceptions={"mtp_layers": True, "last_layers": 2}
-    )
+    contract = make_contract(rules=[rule("*", "mxfp8")], bf16_exceptions={"mtp_layers": True, "last_layers": 2})
     router = _tensor("model.layers.8.mlp.gate.weight", Role.ROUTER, layer=8, is_mtp=True)
     assert _rules(contract, router) == [
         "bf16_exceptions.routers",
@@ -144,10 +140,7 @@ def test_more_literal_characters_win_within_a_kind() -> None:
     contract = make_contract(rules=[rule("*", "mxfp8"), rule("*.mlp.experts.*", "nvfp4")])
     decision = contract.decide(EXPERT_UP, num_layers=8)
     assert (decision.format, decision.rule) == ("nvfp4", "rules[1]")
-    assert (
-        decision.reason
-        == "nvfp4 from rules[1]: hf glob '*.mlp.experts.*'; the most specific of 2 matching rules"
-    )
+    assert decision.reason == "nvfp4 from rules[1]: hf glob '*.mlp.experts.*'; the most specific of 2 matching rules"
 
 
 def test_equally_specific_rules_that_disagree_are_an_error() -> None:
@@ -179,9 +172,7 @@ def test_megatron_rules_see_the_module_path() -> None:
 def test_megatron_name_exceptions_see_the_full_parameter_name() -> None:
     contract = make_contract(bf16_exceptions={"names": {"megatron": ["linear_fc1.weight7"]}})
     assert contract.decide(EXPERT_UP, num_layers=8).rule == "bf16_exceptions.names.megatron[0]"
-    assert make_contract().decide(
-        dataclasses.replace(EXPERT_UP, megatron_name=None), num_layers=8
-    ).format == ("nvfp4")
+    assert make_contract().decide(dataclasses.replace(EXPERT_UP, megatron_name=None), num_layers=8).format == ("nvfp4")
 
 
 # --- order independence -----------------------------------------------------------------------
@@ -220,15 +211,12 @@ def test_layers_past_the_decoder_are_mtp_when_the_model_has_mtp_layers() -> None
     with pytest.raises(MappingError) as info:
         contract.decide(glue, num_layers=60, num_mtp_layers=1)
     assert info.value.message == (
-        "tensor 'model.layers.61.eh_proj.weight' is in layer 61, "
-        "but the model has 60 decoder layers and 1 MTP layers"
+        "tensor 'model.layers.61.eh_proj.weight' is in layer 61, but the model has 60 decoder layers and 1 MTP layers"
     )
 
 
 def test_fused_siblings_share_the_outer_scale_unless_switched_off() -> None:
-    assert (
-        make_contract().decide(EXPERT_UP, num_layers=8).fused_group == "model.layers.3.mlp.experts.7.gate_up"
-    )
+    assert make_contract().decide(EXPERT_UP, num_layers=8).fused_group == "model.layers.3.mlp.experts.7.gate_up"
     off = make_contract(fused_groups={"gate_up": False})
     assert off.decide(EXPERT_UP, num_layers=8).fused_group is None
     bf16 = make_contract(rules=[rule("*", "bf16")])
@@ -275,9 +263,7 @@ def test_unknown_layer_count_skips_last_layers_with_a_note() -> None:
 
 
 def test_namespace_restriction_shows_one_engine_view() -> None:
-    contract = make_contract(
-        rules=[rule("*", "mxfp8"), rule("*", "bf16", namespace="megatron", name="learner_bf16")]
-    )
+    contract = make_contract(rules=[rule("*", "mxfp8"), rule("*", "bf16", namespace="megatron", name="learner_bf16")])
     hf_view, _ = resolve(contract, EXPERT_UP, num_layers=8, namespaces=frozenset({"hf"}))
     megatron_view, _ = resolve(contract, EXPERT_UP, num_layers=8, namespaces=frozenset({"megatron"}))
     assert (hf_view.format, megatron_view.format) == ("mxfp8", "bf16")

@@ -48,9 +48,7 @@ def test_lint_on_the_toy_models(stem: str, model: str, request: pytest.FixtureRe
 def _low_precision_roles(stem: str, inventory: ModelInventory) -> Counter[tuple[str, str]]:
     decisions = decide_all(load_contract(CONTRACTS / f"{stem}.yaml"), inventory)
     by_name = inventory.by_name()
-    return Counter(
-        (d.format, by_name[name].role.value) for name, d in decisions.items() if d.format != "bf16"
-    )
+    return Counter((d.format, by_name[name].role.value) for name, d in decisions.items() if d.format != "bf16")
 
 
 def test_per_token_experts_quantize_routed_experts_only(toy_mla: ModelInventory) -> None:
@@ -61,10 +59,7 @@ def test_per_token_experts_quantize_routed_experts_only(toy_mla: ModelInventory)
     contract = load_contract(CONTRACTS / "nvfp4-experts-per-token.yaml")
     assert contract.formats.nvfp4.per_token_activations
     assert contract.backward == "high_precision"
-    assert (
-        load_contract(CONTRACTS / "nvfp4-experts-per-token-dequantized-backward.yaml").backward
-        == "dequantized"
-    )
+    assert load_contract(CONTRACTS / "nvfp4-experts-per-token-dequantized-backward.yaml").backward == "dequantized"
 
 
 def test_last_15_percent_are_bf16(toy_mla: ModelInventory) -> None:

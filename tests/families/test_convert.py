@@ -86,9 +86,7 @@ def test_fused_tensors_hold_the_hf_pieces_in_megatron_order(tiny_checkpoint: Cal
 
 @pytest.mark.parametrize("ep_size", [2, 4])
 @pytest.mark.parametrize("key", MOE_KEYS)
-def test_expert_parallel_shards_reassemble(
-    key: str, ep_size: int, tiny_checkpoint: Callable[[str], Path]
-) -> None:
+def test_expert_parallel_shards_reassemble(key: str, ep_size: int, tiny_checkpoint: Callable[[str], Path]) -> None:
     hf, config = _load(tiny_checkpoint(key))
     per_rank = 4 // ep_size
     merged: dict[str, torch.Tensor] = {}
@@ -96,9 +94,7 @@ def test_expert_parallel_shards_reassemble(
         shard = hf_to_megatron(hf, TINY_FAMILY[key], config, ep_rank=rank, ep_size=ep_size)
         local_ids = {int(name.rsplit("weight", 1)[1]) for name in shard if ".experts.linear_fc" in name}
         assert local_ids == set(range(per_rank))
-        for name, tensor in megatron_to_hf(
-            shard, TINY_FAMILY[key], config, ep_rank=rank, ep_size=ep_size
-        ).items():
+        for name, tensor in megatron_to_hf(shard, TINY_FAMILY[key], config, ep_rank=rank, ep_size=ep_size).items():
             if name in merged:  # non-expert tensors are replicated on every EP rank
                 assert_bytes_equal(tensor, merged[name])
             merged[name] = tensor
@@ -148,17 +144,11 @@ def test_incomplete_fused_group_is_named(tiny_checkpoint: Callable[[str], Path])
 
 def test_unknown_names_are_refused_both_ways(tiny_checkpoint: Callable[[str], Path]) -> None:
     hf, config = _load(tiny_checkpoint("llama"))
-    with pytest.raises(
-        MappingError, match=r"^HF tensor `model.layers.0.mlp.fc9.weight` is not a llama tensor"
-    ):
+    with pytest.raises(MappingError, match=r"^HF tensor `model.layers.0.mlp.fc9.weight` is not a llama tensor"):
         hf_to_megatron({**hf, "model.layers.0.mlp.fc9.weight": torch.zeros(1)}, "llama", config)
-    with pytest.raises(
-        MappingError, match=r"^Megatron tensor `decoder.layers.0.mlp.router.weight` is not a llama"
-    ):
+    with pytest.raises(MappingError, match=r"^Megatron tensor `decoder.layers.0.mlp.router.weight` is not a llama"):
         megatron_to_hf({"decoder.layers.0.mlp.router.weight": torch.zeros(1)}, "llama", config)
-    with pytest.raises(
-        MappingError, match=r"^tensor `decoder.layers.2.mlp.linear_fc2.weight` is in decoder layer 2"
-    ):
+    with pytest.raises(MappingError, match=r"^tensor `decoder.layers.2.mlp.linear_fc2.weight` is in decoder layer 2"):
         megatron_to_hf({"decoder.layers.2.mlp.linear_fc2.weight": torch.zeros(1)}, "llama", config)
 
 
@@ -166,9 +156,7 @@ def test_mtp_copies_must_equal_the_shared_tensor(tiny_checkpoint: Callable[[str]
     hf, config = _load(tiny_checkpoint("deepseek_v3"))
     hf["model.layers.3.shared_head.head.weight"] = hf["model.layers.3.shared_head.head.weight"].clone()
     hf["model.layers.3.shared_head.head.weight"][0, 0] += 1
-    with pytest.raises(
-        MappingError, match=r"^`model.layers.3.shared_head.head.weight` differs from `lm_head.weight`"
-    ):
+    with pytest.raises(MappingError, match=r"^`model.layers.3.shared_head.head.weight` differs from `lm_head.weight`"):
         hf_to_megatron(hf, "deepseek_v3", config)
     del hf["lm_head.weight"]
     with pytest.raises(MappingError, match=r"copies `lm_head.weight`, which is not among the tensors"):
@@ -182,9 +170,7 @@ def test_a_tensor_given_in_both_expert_layouts_is_refused(tiny_checkpoint: Calla
         "decoder.layers.0.mlp.experts.linear_fc2.weight1": weight,
         "decoder.layers.0.mlp.experts.local_experts.1.linear_fc2.weight": weight,
     }
-    with pytest.raises(
-        MappingError, match=r"^`model.layers.0.mlp.experts.1.down_proj.weight` is produced twice"
-    ):
+    with pytest.raises(MappingError, match=r"^`model.layers.0.mlp.experts.1.down_proj.weight` is produced twice"):
         megatron_to_hf(both, "qwen3_moe", config)
 
 

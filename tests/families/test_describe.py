@@ -112,9 +112,7 @@ def test_config_free_descriptions(name: str) -> None:
 
 
 def test_fused_megatron_names_describe_their_first_hf_piece() -> None:
-    assert (
-        describe_name("decoder.layers.0.mlp.linear_fc1.weight").name == "model.layers.0.mlp.gate_proj.weight"
-    )
+    assert describe_name("decoder.layers.0.mlp.linear_fc1.weight").name == "model.layers.0.mlp.gate_proj.weight"
     qkv = describe_name("decoder.layers.0.self_attention.linear_qkv.bias")
     assert (qkv.name, qkv.role, qkv.gemm_weight) == (
         "model.layers.0.self_attn.q_proj.bias",
@@ -179,32 +177,24 @@ def test_mtp_layers_with_a_config() -> None:
 
 
 def test_unknown_names_are_errors() -> None:
-    with pytest.raises(
-        MappingError, match=r"^tensor `model.layers.0.mlp.fc9.weight` is not a tensor of any"
-    ) as e:
+    with pytest.raises(MappingError, match=r"^tensor `model.layers.0.mlp.fc9.weight` is not a tensor of any") as e:
         describe_name("model.layers.0.mlp.fc9.weight")
     assert e.value.hint == "pass config= (or family=) to check it against one model"
     assert isinstance(e.value, KeyError)
 
 
 def test_mtp_megatron_names_need_a_config() -> None:
-    with pytest.raises(
-        MappingError, match=r"^tensor `mtp.layers.0.eh_proj.weight` is in MTP layer 0, whose HF"
-    ):
+    with pytest.raises(MappingError, match=r"^tensor `mtp.layers.0.eh_proj.weight` is in MTP layer 0, whose HF"):
         describe_name("mtp.layers.0.eh_proj.weight")
 
 
 def test_a_config_checks_layers_experts_and_optional_parts() -> None:
     config = load_config("Qwen3-30B-A3B")
-    with pytest.raises(
-        MappingError, match=r"^tensor `model.layers.48.input_layernorm.weight` is in layer 48, but"
-    ):
+    with pytest.raises(MappingError, match=r"^tensor `model.layers.48.input_layernorm.weight` is in layer 48, but"):
         describe_name("model.layers.48.input_layernorm.weight", config)
     with pytest.raises(MappingError, match=r"names expert 128, but there are 128 experts here"):
         describe_name("model.layers.0.mlp.experts.128.up_proj.weight", config)
-    with pytest.raises(
-        MappingError, match=r"^tensor `model.layers.0.mlp.gate_proj.weight` is not a qwen3_moe"
-    ) as e:
+    with pytest.raises(MappingError, match=r"^tensor `model.layers.0.mlp.gate_proj.weight` is not a qwen3_moe") as e:
         describe_name("model.layers.0.mlp.gate_proj.weight", config)  # every layer is MoE
     assert "['dense_mlp'] apply" in (e.value.hint or "")
     with pytest.raises(MappingError, match=r"^tensor `lm_head.weight` is not a qwen3 tensor"):
@@ -213,9 +203,7 @@ def test_a_config_checks_layers_experts_and_optional_parts() -> None:
 
 def test_config_free_candidates_must_agree_on_role() -> None:
     a = TensorInfo("x", role=Role.ATTENTION, megatron_name="a")
-    with pytest.raises(
-        MappingError, match=r"^tensor `x` is ambiguous without a model: its role could be any of"
-    ):
+    with pytest.raises(MappingError, match=r"^tensor `x` is ambiguous without a model: its role could be any of"):
         _merge("x", [a, replace(a, role=Role.NORM)])
     assert _merge("x", [a, replace(a, megatron_name="b")]).megatron_name is None
     assert _merge("x", [a, a]).megatron_name == "a"

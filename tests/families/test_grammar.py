@@ -50,9 +50,7 @@ def test_only_one_expert_wildcard_is_allowed(text: str) -> None:
 
 
 def test_both_sides_must_capture_the_same_wildcards() -> None:
-    with pytest.raises(
-        MappingError, match=r"^Megatron pattern 'mlp.experts.linear_fc2.weight\{expert\}' has"
-    ):
+    with pytest.raises(MappingError, match=r"^Megatron pattern 'mlp.experts.linear_fc2.weight\{expert\}' has"):
         check_same_wildcards(
             compile_pattern("mlp.experts.linear_fc2.weight{expert}"), compile_pattern("mlp.down_proj.weight")
         )

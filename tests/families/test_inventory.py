@@ -48,17 +48,13 @@ def _on_disk(directory: Path) -> dict[str, tuple[tuple[int, ...], str]]:
 
 
 @pytest.mark.parametrize("key", TINY_KEYS)
-def test_config_inventory_equals_the_saved_checkpoint(
-    key: str, tiny_checkpoint: Callable[[str], Path]
-) -> None:
+def test_config_inventory_equals_the_saved_checkpoint(key: str, tiny_checkpoint: Callable[[str], Path]) -> None:
     directory = tiny_checkpoint(key)
     disk = _on_disk(directory)
     inventory = inventory_from_config(directory / "config.json")
     listed = {t.name: (t.shape, t.dtype) for t in inventory}
     assert len(listed) == len(inventory), "duplicate names in the inventory"
-    assert {name: shape for name, (shape, _) in listed.items()} == {
-        name: shape for name, (shape, _) in disk.items()
-    }
+    assert {name: shape for name, (shape, _) in listed.items()} == {name: shape for name, (shape, _) in disk.items()}
     # dtypes too, with one documented difference: transformers keeps DeepSeek's router weight in
     # float32 (_keep_in_fp32_modules_strict) while the published checkpoint stores it in bfloat16,
     # which is what the config inventory describes.
@@ -98,9 +94,7 @@ def test_checkpoint_inventory_counts_mtp_layers_present(tiny_checkpoint: Callabl
     assert {t.layer for t in inventory if t.is_mtp} == {3}
 
 
-def test_checkpoint_inventory_names_a_foreign_tensor(
-    tmp_path: Path, tiny_checkpoint: Callable[[str], Path]
-) -> None:
+def test_checkpoint_inventory_names_a_foreign_tensor(tmp_path: Path, tiny_checkpoint: Callable[[str], Path]) -> None:
     source = tiny_checkpoint("llama")
     shutil.copy(source / "config.json", tmp_path / "config.json")
     shutil.copy(source / "model.safetensors", tmp_path / "model.safetensors")
@@ -113,9 +107,7 @@ def test_checkpoint_inventory_names_a_foreign_tensor(
 
 def test_fused_expert_layout_is_named_with_the_way_out() -> None:
     config = load_config("Qwen3-30B-A3B")
-    with pytest.raises(
-        MappingError, match=r"^tensor `model.layers.0.mlp.experts.gate_up_proj` is not a"
-    ) as err:
+    with pytest.raises(MappingError, match=r"^tensor `model.layers.0.mlp.experts.gate_up_proj` is not a") as err:
         describe_name("model.layers.0.mlp.experts.gate_up_proj", config)
     assert "save_original_format=True" in (err.value.hint or "")
 
@@ -213,18 +205,14 @@ def test_deepseek_v3_mtp_layer() -> None:
     assert mtp["model.layers.61.eh_proj.weight"].megatron_name == "mtp.layers.0.eh_proj.weight"
     assert mtp["model.layers.61.embed_tokens.weight"].megatron_name == "embedding.word_embeddings.weight"
     assert mtp["model.layers.61.shared_head.head.weight"].megatron_name == "output_layer.weight"
-    assert (
-        mtp["model.layers.61.shared_head.norm.weight"].megatron_name == "mtp.layers.0.final_layernorm.weight"
-    )
+    assert mtp["model.layers.61.shared_head.norm.weight"].megatron_name == "mtp.layers.0.final_layernorm.weight"
     inner = mtp["model.layers.61.mlp.experts.9.gate_proj.weight"]
     assert (inner.role, inner.expert, inner.megatron_name) == (
         Role.ROUTED_EXPERT,
         9,
         "mtp.layers.0.mtp_model_layer.mlp.experts.linear_fc1.weight9",
     )
-    glue_roles = {
-        mtp[f"model.layers.61.{n}"].role for n in ("enorm.weight", "hnorm.weight", "eh_proj.weight")
-    }
+    glue_roles = {mtp[f"model.layers.61.{n}"].role for n in ("enorm.weight", "hnorm.weight", "eh_proj.weight")}
     assert glue_roles == {Role.MTP}
 
 
@@ -249,11 +237,7 @@ def test_qwen2_has_qkv_biases_but_no_o_bias() -> None:
 @pytest.mark.parametrize("name", ["DeepSeek-V3", "Qwen3-30B-A3B", "Qwen3-8B", "Llama-3.1-8B", "Qwen2.5-7B"])
 def test_gemm_weights_are_exactly_the_2d_linear_weights(name: str) -> None:
     for t in inventory_from_config(name):
-        linear = (
-            len(t.shape) == 2
-            and t.role not in (Role.EMBEDDING,)
-            and not t.name.endswith("embed_tokens.weight")
-        )
+        linear = len(t.shape) == 2 and t.role not in (Role.EMBEDDING,) and not t.name.endswith("embed_tokens.weight")
         assert t.gemm_weight == linear, t.name
         if t.role is Role.NORM:
             assert len(t.shape) == 1

@@ -69,9 +69,7 @@ print(json.dumps({
 
 def test_registry_contents_are_the_golden_table() -> None:
     # A fresh interpreter: what registers is what `import fp4convert.families` does, nothing a test did.
-    result = subprocess.run(
-        [sys.executable, "-c", _DUMP_REGISTRY], capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([sys.executable, "-c", _DUMP_REGISTRY], capture_output=True, text=True, check=True)
     assert json.loads(result.stdout) == EXPECTED_REGISTRY
 
 
@@ -108,9 +106,7 @@ def test_family_is_found_by_architecture_then_model_type() -> None:
 
 
 def test_unsupported_model_lists_supported_ones() -> None:
-    with pytest.raises(
-        MappingError, match=r"^unsupported model: architectures \['GPT2LMHeadModel'\]"
-    ) as raised:
+    with pytest.raises(MappingError, match=r"^unsupported model: architectures \['GPT2LMHeadModel'\]") as raised:
         family_for_config({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})
     assert raised.value.hint == (
         "supported architectures: DeepseekV3ForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, "

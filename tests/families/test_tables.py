@@ -62,36 +62,25 @@ def test_an_expert_entry_must_use_the_grouped_spelling() -> None:
 
 
 def test_expert_entries_are_read_in_both_layouts_and_written_in_the_asked_one() -> None:
-    entry = next(
-        e for e in get_family("qwen3_moe").layer_entries if "linear_fc2.weight{expert}" in e.megatron
-    )
+    entry = next(e for e in get_family("qwen3_moe").layer_entries if "linear_fc2.weight{expert}" in e.megatron)
     assert isinstance(entry, Direct)
     assert [(s.pattern.text, s.layout) for s in entry.spellings] == [
         ("mlp.experts.linear_fc2.weight{expert}", ExpertLayout.GROUPED),
         ("mlp.experts.local_experts.{expert}.linear_fc2.weight", ExpertLayout.SEQUENTIAL),
     ]
-    assert (
-        entry.spelling(ExpertLayout.SEQUENTIAL).format(expert=3)
-        == "mlp.experts.local_experts.3.linear_fc2.weight"
-    )
+    assert entry.spelling(ExpertLayout.SEQUENTIAL).format(expert=3) == "mlp.experts.local_experts.3.linear_fc2.weight"
 
 
 def test_family_refuses_wildcards_in_globals_and_copies_outside_mtp() -> None:
     qwen3 = get_family("qwen3")
-    with pytest.raises(
-        MappingError, match=r"global entry 'mlp.experts.linear_fc2.weight\{expert\}' has a wildcard"
-    ):
+    with pytest.raises(MappingError, match=r"global entry 'mlp.experts.linear_fc2.weight\{expert\}' has a wildcard"):
         expert = Direct(
             "mlp.experts.linear_fc2.weight{expert}",
-            linear(
-                "mlp.experts.{expert}.down_proj.weight", ("hidden", "moe_intermediate"), Role.ROUTED_EXPERT
-            ),
+            linear("mlp.experts.{expert}.down_proj.weight", ("hidden", "moe_intermediate"), Role.ROUTED_EXPERT),
         )
         dataclasses.replace(qwen3, global_entries=(expert,))
     copy = SharedCopy(norm("model.norm_copy.weight"), megatron="decoder.final_layernorm.weight")
-    with pytest.raises(
-        MappingError, match=r"SharedCopy 'model.norm_copy.weight' outside the MTP glue entries"
-    ):
+    with pytest.raises(MappingError, match=r"SharedCopy 'model.norm_copy.weight' outside the MTP glue entries"):
         dataclasses.replace(qwen3, layer_entries=(*qwen3.layer_entries, copy))
 
 

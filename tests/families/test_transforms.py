@@ -48,9 +48,7 @@ def _distinct(rows: int, *rest: int, offset: int = 0) -> torch.Tensor:
     return (torch.arange(count, dtype=torch.float32) + offset).reshape(rows, *rest)
 
 
-@pytest.mark.parametrize(
-    ("nq", "ng", "d", "hidden"), [(4, 2, 3, 5), (8, 1, 2, 3), (6, 6, 2, 4), (12, 4, 4, 8)]
-)
+@pytest.mark.parametrize(("nq", "ng", "d", "hidden"), [(4, 2, 3, 5), (8, 1, 2, 3), (6, 6, 2, 4), (12, 4, 4, 8)])
 def test_merge_qkv_places_rows_as_the_spec_says(nq: int, ng: int, d: int, hidden: int) -> None:
     q = _distinct(nq * d, hidden)
     k = _distinct(ng * d, hidden, offset=10_000)
@@ -84,9 +82,7 @@ def test_split_undoes_merge_bit_for_bit(
     k.view(-1)[0] = -0.0
     merged = merge_qkv(q, k, v, num_query_groups=ng)
     assert_same(merged, _rows_by_spec(q, k, v, nq, ng))
-    for original, back in zip(
-        (q, k, v), split_qkv(merged, num_attention_heads=nq, num_query_groups=ng), strict=True
-    ):
+    for original, back in zip((q, k, v), split_qkv(merged, num_attention_heads=nq, num_query_groups=ng), strict=True):
         assert_same(back, original)
 
 
@@ -126,9 +122,7 @@ def test_gate_up_is_a_row_concatenation_and_splits_back() -> None:
 
 
 def test_gate_up_refuses_mismatches() -> None:
-    with pytest.raises(
-        MappingError, match=r"^gate \(6, 4\) torch.float32 and up \(6, 3\) torch.float32 differ"
-    ):
+    with pytest.raises(MappingError, match=r"^gate \(6, 4\) torch.float32 and up \(6, 3\) torch.float32 differ"):
         merge_gate_up(_distinct(6, 4), _distinct(6, 3))
     with pytest.raises(MappingError, match=r"^linear_fc1 has shape \(5, 4\); gate and up need an even"):
         split_gate_up(_distinct(5, 4))
