@@ -461,6 +461,10 @@ def convert_checkpoint(
     amaxes = _GroupAmax(plan, reader.read)
     sha: dict[str, str] = {}
     resumed: list[str] = []
+    # Each finished shard is read back from disk and hashed while the next one converts; the
+    # verify phase compares these with the hashes taken while writing (no second read at the end).
+    read_back_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-readback")
+    read_back: list[Future[dict[str, str]]] = []
     try:
         for file_name, items in by_file.items():
             done = journal["files"].get(file_name)
@@ -479,12 +483,15 @@ def convert_checkpoint(
                 continue
             hook("shard", {"file": file_name, "resumed": False})
             tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device, calibration=calib, hook=hook)
+            read_back.append(read_back_pool.submit(_tensor_hashes, path))
             sha.update(tensor_sha)
             journal["files"][file_name] = {"tensors": tensor_sha}
             write_json_atomic(journal_path, journal)
         source_hashes = reader.shard_hashes()
+        digests = {name: digest for future in read_back for name, digest in future.result().items()}
     finally:
         reader.close()
+        read_back_pool.shutdown(wait=True)
     for name in ("config.json", *ckpt.other_files):
         source_hashes[name] = file_sha256(ckpt.root / name)
     # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
@@ -502,7 +509,7 @@ def convert_checkpoint(
     total = _finalize(staging, plan, manifest)
     from fp4convert.verify.checkpoint import verify_checkpoint
 
-    report = verify_checkpoint(staging)  # structure and every tensor's sha256, before publishing
+    report = verify_checkpoint(staging, read_back=digests)  # structure and every tensor's sha256
     if not report.ok:
         raise ConversionError(
             f"the written output failed verification: {report.summary()}",

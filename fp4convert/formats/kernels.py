@@ -90,10 +90,16 @@ def flashinfer_quantize_usable(device: torch.device | int | None = None) -> bool
 
 
 def _row_tasks(rows: int, cols: int) -> list[tuple[int, int]]:
+    """Split rows into nearly equal tasks: one per thread for small tensors (an expert projection
+    is a few MB: an uneven split would leave a core idle), four per thread for large ones (load
+    balance when other threads compete for the cores)."""
     threads = max(1, torch.get_num_threads())
-    per_task = max(1, _MIN_ELEMENTS_PER_TASK // max(cols, 1))
-    per_task = max(per_task, -(-rows // (threads * 4)))
-    return [(r, min(r + per_task, rows)) for r in range(0, rows, per_task)]
+    elements = rows * cols
+    if elements < _MIN_ELEMENTS_PER_TASK:
+        return [(0, rows)]
+    count = min(rows, threads * (4 if elements >= 16 * _MIN_ELEMENTS_PER_TASK else 1))
+    bounds = [rows * i // count for i in range(count + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(count) if bounds[i] < bounds[i + 1]]
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -146,7 +146,13 @@ def _tensor_bytes(directory: Path, file: str, tensor: str, cache: dict[str, Safe
     return cache[file].read(tensor)
 
 
-def verify_checkpoint(directory: str | Path, *, source: str | Path | None = None, device: str = "cpu") -> VerifyReport:
+def verify_checkpoint(
+    directory: str | Path,
+    *,
+    source: str | Path | None = None,
+    device: str = "cpu",
+    read_back: Mapping[str, str] | None = None,
+) -> VerifyReport:
     """Verify a converted checkpoint; see the module docstring for what is checked.
 
     Args:
@@ -154,6 +160,8 @@ def verify_checkpoint(directory: str | Path, *, source: str | Path | None = None
         source: the BF16 source checkpoint (folder or Hub repo id); when given, every tensor is
             re-quantized from it and compared byte for byte.
         device: where the re-quantization runs.
+        read_back: sha256 of tensors already read back from these files (the converter hashes each
+            finished shard from disk while it converts the next one); they are not read again.
 
     Returns:
         A :class:`VerifyReport` (``report.ok`` is the verdict).
@@ -202,7 +210,10 @@ def verify_checkpoint(directory: str | Path, *, source: str | Path | None = None
                 )
                 continue
             to_hash.setdefault(file, []).append(name)
-        for name, digest in _hash_tensors(directory, to_hash).items():
+        known = dict(read_back or {})
+        missing = {f: [n for n in names if n not in known] for f, names in to_hash.items()}
+        known.update(_hash_tensors(directory, {f: names for f, names in missing.items() if names}))
+        for name, digest in ((n, known[n]) for names in to_hash.values() for n in names):
             ok = digest == expected[name]["sha256"]
             report.checks.append(TensorCheck(name, ok, "sha256", "" if ok else "bytes differ from the manifest"))
         _check_shared_scales(directory, manifest, suffixes, found, cache, report)
