@@ -12,6 +12,10 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Fp4ConvertError": "fp4convert.errors",
     "MXFP8Tensor": "fp4convert.formats",
+    "convert_checkpoint": "fp4convert.convert.execute",
+    "dequantize_checkpoint": "fp4convert.convert.dequantize",
+    "load_contract": "fp4convert.contract",
+    "verify_checkpoint": "fp4convert.verify.checkpoint",
     "NVFP4Tensor": "fp4convert.formats",
     "dequantize": "fp4convert.formats",
     "export_hf": "fp4convert.megatron",
@@ -28,17 +32,24 @@ __all__ = [  # the public API; tests/test_public_api.py keeps it equal to _EXPOR
     "MXFP8Tensor",
     "NVFP4Tensor",
     "__version__",
+    "convert_checkpoint",
     "dequantize",
+    "dequantize_checkpoint",
     "export_hf",
     "from_layout",
     "import_hf",
+    "load_contract",
     "quantize_mxfp8",
     "quantize_nvfp4",
     "to_layout",
     "validate_export",
+    "verify_checkpoint",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fp4convert.contract import load_contract
+    from fp4convert.convert.dequantize import dequantize_checkpoint
+    from fp4convert.convert.execute import convert_checkpoint
     from fp4convert.errors import Fp4ConvertError
     from fp4convert.formats import (
         MXFP8Tensor,
@@ -50,6 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
         to_layout,
     )
     from fp4convert.megatron import export_hf, import_hf, validate_export
+    from fp4convert.verify.checkpoint import verify_checkpoint
 
 
 def __getattr__(name: str) -> Any:
