@@ -229,8 +229,13 @@ class StreamingWriter:
         self._file.write(memoryview(data))  # type: ignore[arg-type]
         self._next += 1
 
-    def close(self) -> None:
-        """Flush and close; raises if a declared tensor was never written."""
+    def close(self, *, sync: bool = True) -> None:
+        """Flush and close; raises if a declared tensor was never written.
+
+        Args:
+            sync: fsync before returning. A caller that syncs later (off its critical path)
+                passes False.
+        """
         if self._next != len(self._order):
             self._file.close()
             raise CheckpointError(
@@ -238,7 +243,8 @@ class StreamingWriter:
                 f"(next: {self._order[self._next]!r})"
             )
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if sync:
+            os.fsync(self._file.fileno())
         self._file.close()
 
     def abort(self) -> None:

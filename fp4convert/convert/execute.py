@@ -274,7 +274,7 @@ def _write_shard(
                     writes.pop(0).result()
             for pending in writes:
                 pending.result()
-            writer.close()
+            writer.close(sync=False)  # the read-back stage fsyncs it, off the critical path
         except BaseException:
             unfinished: list[Future[Any]] = [*ahead.values(), *writes]
             for future in unfinished:
@@ -287,8 +287,20 @@ def _write_shard(
     return writer.sha256
 
 
-def _tensor_hashes(path: Path) -> dict[str, str]:
-    """sha256 of every tensor of a finished shard (how ``resume`` decides to keep it)."""
+def _tensor_hashes(path: Path, *, sync: bool = False) -> dict[str, str]:
+    """sha256 of every tensor of a finished shard, read back from disk (the verify phase compares
+    them with the hashes taken while writing; ``resume`` decides with them which shards to keep).
+
+    Args:
+        path: the shard.
+        sync: fsync the file first (the converter closes shards without syncing).
+    """
+    if sync:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     with SafetensorsFile(path) as f:
         return {name: tensor_sha256(f.read_bytes(name)) for name in f.entries}
 
@@ -483,7 +495,7 @@ def convert_checkpoint(
                 continue
             hook("shard", {"file": file_name, "resumed": False})
             tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device, calibration=calib, hook=hook)
-            read_back.append(read_back_pool.submit(_tensor_hashes, path))
+            read_back.append(read_back_pool.submit(_tensor_hashes, path, sync=True))
             sha.update(tensor_sha)
             journal["files"][file_name] = {"tensors": tensor_sha}
             write_json_atomic(journal_path, journal)
