@@ -42,23 +42,25 @@ def _logit_agreement(model_a, model_b) -> tuple[float, float]:
     return cosine, ((a - b).norm() / b.norm()).item()
 
 
-@pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
-    torch.manual_seed(0)  # transformers' own init (std 0.02): a realistic weight distribution
-    config = transformers.LlamaConfig(
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
-    path = tmp_path_factory.mktemp("llama") / "bf16"
+# Small shapes shared by both test models.
+_SMALL = {"vocab_size": 256, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+          "tie_word_embeddings": False}  # fmt: skip
+
+
+def _saved_model(tmp_path_factory, name: str, config_class: str, model_class: str, **extra):
+    """A tiny model with transformers' own init (std 0.02, a realistic weight distribution), saved."""
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**_SMALL, **extra)
+    model = getattr(transformers, model_class)(config).to(torch.bfloat16).eval()
+    path = tmp_path_factory.mktemp(name) / "bf16"
     model.save_pretrained(path)
     return model, path
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    return _saved_model(tmp_path_factory, "llama", "LlamaConfig", "LlamaForCausalLM")
 
 
 def test_transformers_loads_compressed_tensors_dense_nvfp4_on_cpu(tiny_llama, tmp_path):
@@ -78,25 +80,8 @@ def test_transformers_loads_compressed_tensors_dense_nvfp4_on_cpu(tiny_llama, tm
 
 @pytest.fixture(scope="module")
 def tiny_moe(tmp_path_factory):
-    torch.manual_seed(0)
-    config = transformers.Qwen3MoeConfig(
-        vocab_size=256,
-        hidden_size=128,
-        intermediate_size=256,
-        moe_intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        num_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    model = transformers.Qwen3MoeForCausalLM(config).to(torch.bfloat16).eval()
-    path = tmp_path_factory.mktemp("moe") / "bf16"
-    model.save_pretrained(path)
-    return model, path
+    moe = {"moe_intermediate_size": 64, "head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2}
+    return _saved_model(tmp_path_factory, "moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", **moe)
 
 
 def test_moe_takes_the_dequantize_route(tiny_moe, tmp_path):
