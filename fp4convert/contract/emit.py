@@ -43,8 +43,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from fp4convert.contract.model import Contract, Format, contract_hash
+from fp4convert.contract.model import Contract, contract_hash
 from fp4convert.contract.patterns import KIND_RANK, literal_length, matches
+from fp4convert.contract.sections import Format
 from fp4convert.errors import ContractError
 
 __all__ = ["TARGETS", "Emitted", "Target", "emit"]
@@ -208,7 +209,7 @@ def _te_yaml(contract: Contract) -> Emitted:
 def _needs_layer_count(contract: Contract, why: str) -> ContractError:
     return ContractError(
         f"contract '{contract.name}': {why} depends on the model's layer count",
-        hint="pass --model CONFIG_OR_DIR",
+        hint="give the model: --model CONFIG_OR_DIR, or num_layers= (and num_mtp_layers=) in Python",
         field="bf16_exceptions",
     )
 

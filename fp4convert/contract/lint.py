@@ -36,15 +36,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
+from fp4convert.contract.decision import Decision
 from fp4convert.contract.footprint import fits_blocks
-from fp4convert.contract.model import Contract, MXFP8Recipe, Namespace, NVFP4Recipe
-from fp4convert.contract.resolve import (
-    FUSED_CONFLICT_HINT,
-    Decision,
-    describe_conflict,
-    fused_conflicts,
-    resolve,
-)
+from fp4convert.contract.model import Contract
+from fp4convert.contract.resolve import FUSED_CONFLICT_HINT, describe_conflict, fused_conflicts, resolve
+from fp4convert.contract.sections import MXFP8Recipe, Namespace, NVFP4Recipe
 from fp4convert.errors import ContractError, MappingError
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
 
@@ -309,7 +305,7 @@ class _ModelLint:
             message, hint = self.first_message[(severity, code, rule)]
             if code == "shape-unknown":
                 message = f"{len(tensors)} quantized tensors have no shape; block divisibility was not checked"
-                hint = "give shapes in the --model list"
+                hint = "give shapes in the model's tensor list"
             else:
                 message = f"{_some(tensors)}: {message}"
             findings.append(Finding(severity, code, message, hint, rule=rule, tensors=tuple(tensors)))

@@ -200,7 +200,7 @@ def test_megatron_args_need_the_layer_count_for_fractions_and_mtp() -> None:
     assert info.value.message == (
         "contract 'test': a fractional first/last layer count depends on the model's layer count"
     )
-    assert info.value.hint == "pass --model CONFIG_OR_DIR"
+    assert info.value.hint == "give the model: --model CONFIG_OR_DIR, or num_layers= (and num_mtp_layers=) in Python"
     assert "--num-layers-at-end-in-bf16 10" in emit(last, "megatron-args", num_layers=61).text
     mtp = make_contract(bf16_exceptions={"mtp_layers": True})
     with pytest.raises(ContractError, match="keeping MTP layers bf16"):
