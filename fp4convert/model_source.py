@@ -247,8 +247,8 @@ def load_model_inventory(path: str | os.PathLike[str]) -> ModelInventory:
         >>> inventory = load_model_inventory("tests/contract/data/toy_qwen3_moe.yaml")
         >>> inventory.family, inventory.num_layers, len(inventory)
         ('toy_qwen3_moe', 4, 87)
-        >>> load_model_inventory("DeepSeek-V3").num_mtp_layers
-        1
+        >>> load_model_inventory("Qwen3-8B").num_layers  # a config shipped with fp4convert
+        36
     """
     file = Path(path)
     if file.is_dir():

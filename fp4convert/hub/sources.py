@@ -93,7 +93,7 @@ def resolve_source(source: str | Path, *, revision: str | None = None, endpoint:
         HubError: ``source`` is neither an existing directory nor a reachable repo id, the revision
             does not exist, the repo has no safetensors weights, or it is not cached while offline.
 
-    Example:
+    Example (not run: it downloads a checkpoint from the Hub):
         >>> resolve_source("Qwen/Qwen3-30B-A3B", revision="main")  # doctest: +SKIP
         PosixPath('~/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B/snapshots/ad44e777...')
     """

@@ -137,7 +137,7 @@ def prepare_publication(
             subfolders or pickle files.
         CheckpointError: the folder is not a finished fp4convert output.
 
-    Example:
+    Example (not run: it needs a converted checkpoint in ``out``):
         >>> pub = prepare_publication("out", "me/Qwen3-30B-A3B-NVFP4")  # doctest: +SKIP
         >>> [f.path for f in pub.files][-1], pub.verification  # doctest: +SKIP
         ('model.safetensors.index.json', 'OK: 191 checks passed (structure and hashes)')

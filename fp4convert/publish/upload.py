@@ -135,7 +135,7 @@ def publish(
             while ``private`` was asked; not confirmed; or any Hub or network error (the message
             says whether something was committed).
 
-    Example:
+    Example (not run: it writes to the Hub):
         >>> publish(prepare_publication("out", "me/Qwen3-NVFP4"), confirm=lambda plan: True)  # doctest: +SKIP
         PublishResult(repo_id='me/Qwen3-NVFP4', revision='main', status='published', ...)
     """
