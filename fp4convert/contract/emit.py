@@ -25,7 +25,7 @@ Targets (``--target``):
     ``--quantization modelopt_fp4`` (NVFP4 checkpoints) or ``mxfp8``, and ``--kv-cache-dtype``.
 
 ``env``
-    The environment of background.md: TransformerEngine's NVFP4 switches and backward override,
+    The environment of ``docs/recipe.md``: TransformerEngine's NVFP4 switches and backward override,
     TensorRT-LLM / FlashInfer fast-math FP4 quantization off, SGLang per-token activations.
     Switches are always written with an explicit value (``=0`` when off), never left out.
 
@@ -63,7 +63,7 @@ _SGLANG_QUANTIZATION: dict[Format, str] = {"nvfp4": "modelopt_fp4", "mxfp8": "mx
 
 @dataclass(frozen=True)
 class _RoleNames:
-    """How one BF16 role exception is spelled for the engines (checkpoint-formats.md section 5)."""
+    """How one BF16 role exception is spelled for the engines (names: ``docs/live-export.md``)."""
 
     switch: str  # the bf16_exceptions field
     te_glob: str  # Megatron module-path glob for the TE matcher

@@ -1,6 +1,6 @@
 """What a decision means for a tensor's bytes and block fit (used by ``diff`` and ``lint``).
 
-Bytes are the weight storage a checkpoint writes for one tensor (checkpoint-formats.md 1.1, 2.2):
+Bytes are the weight storage a checkpoint writes for one tensor (the layouts of ``docs/dialects.md``):
 
 * ``bf16``: 2 bytes per value for GEMM weights; tensors that are never quantized keep their
   checkpoint dtype.

@@ -52,7 +52,7 @@ Severity = Literal["error", "warning"]
 _PARAMETER_SUFFIX = re.compile(r"\.(weight\d*|bias|layer_norm_weight|layer_norm_bias|expert_bias)$")
 # HF checkpoint keys are parameters: they end in weight/bias (e_score_correction_bias included).
 _HF_TENSOR_SUFFIX = re.compile(r"(weight|bias)$")
-# DeepSeek-V3 naming of MLA's kv_b_proj in both schemes (checkpoint-formats.md 5.3).
+# DeepSeek-V3 naming of MLA's kv_b_proj in both schemes (docs/live-export.md, "HF and Megatron-Core names").
 _MLA_PROBE = TensorInfo(
     name="model.layers.0.self_attn.kv_b_proj.weight",
     megatron_name="decoder.layers.0.self_attention.linear_kv_up_proj.weight",

@@ -98,7 +98,7 @@ class StrictModel(BaseModel):
 
 
 class NVFP4Recipe(StrictModel):
-    """How NVFP4 tensors are quantized (quantizers.md; background.md "The formats").
+    """How NVFP4 tensors are quantized (the arithmetic: ``docs/formats.md``; why: ``docs/recipe.md``).
 
     Attributes:
         tile: weight block shape. ``1x16`` (16 consecutive values of a row share an E4M3 scale)

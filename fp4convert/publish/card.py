@@ -38,7 +38,7 @@ __all__ = ["base_model_of", "render_card"]
 
 # Which library to name in the front matter. The three dialects are transformers-layout repos
 # (config.json + safetensors), which is what the Hub's library_name describes; which engine loads
-# which dialect is spelled out in the card's "Loading" section (checkpoint-formats.md sections 1.4, 3.5).
+# which dialect is spelled out in the card's "Loading" section (docs/dialects.md, "How engines load it").
 _LIBRARY = "transformers"
 _LOADING = {
     "modelopt": "SGLang, vLLM and TensorRT-LLM detect this ModelOpt checkpoint from `config.json` "

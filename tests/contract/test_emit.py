@@ -26,7 +26,7 @@ TE_CONFIGS = {
     "training_recipe: {fp8_quantization_recipe: mxfp8}}\n",
     "bf16": "  bf16: {transformer_engine_config_type: TEQuantizationParams, training_recipe: {}}\n",
 }
-# The TE file of background.md: routed experts' fc1/fc2 NVFP4, everything else BF16.
+# The TE file of the per-token recipe (docs/recipe.md): routed experts' fc1/fc2 NVFP4, everything else BF16.
 PER_TOKEN_TE_BODY = (
     "configs:\n" + TE_CONFIGS["nvfp4"] + TE_CONFIGS["bf16"] + "matchers:\n"
     "  routed_experts_fc1_nvfp4: {type: glob, enabled: true, "
