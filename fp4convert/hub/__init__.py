@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from fp4convert.hub.errors import download_errors, http_cause, hub_error, redact
+from fp4convert.hub.errors import http_cause, hub_error, redact
 from fp4convert.hub.sources import (
     ENDPOINT_ENV,
     SOURCE_ALLOW_PATTERNS,
@@ -27,7 +27,6 @@ from fp4convert.hub.sources import (
 __all__ = [
     "ENDPOINT_ENV",
     "SOURCE_ALLOW_PATTERNS",
-    "download_errors",
     "http_cause",
     "hub_endpoint",
     "hub_error",
