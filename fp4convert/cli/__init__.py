@@ -13,7 +13,6 @@ import sys
 
 import click
 
-from fp4convert import __version__
 from fp4convert.cli.contract import contract
 from fp4convert.cli.convert import convert
 from fp4convert.cli.demo import demo
@@ -28,6 +27,7 @@ from fp4convert.cli.to_megatron import to_megatron
 from fp4convert.cli.validate_export import validate_export
 from fp4convert.cli.verify import verify
 from fp4convert.errors import Fp4ConvertError
+from fp4convert.version import __version__
 
 __all__ = ["DEBUG_ENV", "cli", "main"]
 

@@ -17,9 +17,9 @@ import os
 import re
 from pathlib import Path
 
-from fp4convert import __version__
 from fp4convert.errors import HubError
 from fp4convert.hub.errors import download_errors
+from fp4convert.version import __version__
 
 __all__ = [
     "ENDPOINT_ENV",

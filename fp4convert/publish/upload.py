@@ -33,12 +33,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fp4convert import __version__
 from fp4convert.convert.manifest import MANIFEST
 from fp4convert.errors import Fp4ConvertError, HubError
 from fp4convert.hub import http_cause, hub_endpoint, hub_error, redact
 from fp4convert.publish.prepare import Publication
 from fp4convert.publish.remote import PublishPlan, check_remote, inspect_remote, plan_publication
+from fp4convert.version import __version__
 
 __all__ = ["Progress", "PublishResult", "publish"]
 
