@@ -1,8 +1,9 @@
 /*
- * fp4convert native CPU kernels: single-pass NVFP4 (1x16) and MXFP8 (1x32) row quantizers.
+ * fp4convert native CPU kernels: single-pass NVFP4 (1x16, 4over6) and MXFP8 (1x32) row quantizers.
  *
- * These are the fast paths of fp4convert.formats; the pure-torch code in nvfp4.py / mxfp8.py and
- * profiles.py is the specification, and tests compare every byte of both. Build flags matter:
+ * These are the fast paths of fp4convert.formats; the pure-torch code in nvfp4.py / mxfp8.py,
+ * profiles.py and four_over_six.py is the specification (docs/formats.md), and tests compare every
+ * byte of both. Build flags matter:
  * -ffp-contract=off (no fused multiply-add), no -ffast-math (IEEE division, denormals kept), so
  * every float operation below is one correctly rounded binary32 operation, as in TE's kernels.
  * Loaded through ctypes, which releases the GIL: Python threads run row ranges in parallel.
@@ -10,9 +11,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FP4C_ABI_VERSION 1
+#define FP4C_ABI_VERSION 2
 
 enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };
+/* kernels.PROFILE_CODES; 3 (4over6) has its own entry point, fp4c_nvfp4_4over6_rows */
 enum { PROFILE_TE = 0, PROFILE_TE_2_13 = 1, PROFILE_MODELOPT = 2 };
 
 static const float FLT_MAX_F = 3.40282346638528859812e+38f;
@@ -246,6 +248,99 @@ void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t
             }
             uint8_t *dst = out_data + r * (cols / 2) + c0 / 2;
             for (int64_t i = 0; i < width / 2; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
+        }
+    }
+}
+
+/* Magnitude of E2M1 code m (0..7): 0, .5, 1, 1.5, 2, 3, 4, 6 (select chain: vectorizes). */
+static inline float e2m1_magnitude(uint32_t m) {
+    float half_steps = (float)m * 0.5f;
+    float whole = (float)m - 2.0f;
+    return m <= 4u ? half_steps : (m == 7u ? 6.0f : whole);
+}
+
+#define FOUR_OVER_SIX_CHUNK 512 /* columns per pass: 16 rows x 2 candidates of codes stay in L1 */
+
+/*
+ * One 4over6 candidate of a block of 16: codes, and the error of its dequantized values
+ * rn(rn(rn(q * sf) * A) / denom) against x, accumulated in element order (four_over_six.py).
+ */
+static inline float four_over_six_candidate(const float *x, uint8_t sf, float s_dec, float amax, float denom,
+                                            int mse, uint8_t *codes) {
+    float enc = 1.0f / (E4M3_LUT[sf] * s_dec);
+    enc = enc > FLT_MAX_F ? FLT_MAX_F : enc;
+    const float sfv = E4M3_LUT[sf];
+    float err = 0.0f;
+    for (int i = 0; i < 16; ++i) {
+        uint8_t c = e2m1_any(x[i] * enc, 1);
+        codes[i] = c;
+        float q = e2m1_magnitude(c & 7u);
+        q = (c & 8u) ? -q : q;
+        float d = ((q * sfv) * amax) / denom - x[i];
+        err = err + (mse ? d * d : (d < 0.0f ? -d : d));
+    }
+    return err;
+}
+
+/*
+ * NVFP4 4over6 rows [r0, r1): for each block both candidates (map-to-6: E4M3(rn(a/6) * S_enc),
+ * map-to-4: E4M3(rn(that * 1.5))), the lower error wins, ties (and NaN errors) go to map-to-6.
+ * tile_rows 16: block_amax holds the 16x16 tile amaxes, r0 and r1 are multiples of 16, and the
+ * 16 row errors of a tile are summed in TE's warp-reduction order before the one choice.
+ * amax/s_enc/s_dec[r]: the row's outer scales; denom: 6 * B (2688 or 1536); choice: NULL or
+ * (rows, cols/16) bytes, 1 where a block took map-to-4.
+ */
+FP4C_CLONES
+void fp4c_nvfp4_4over6_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                            const float *amax_row, const float *s_enc, const float *s_dec,
+                            const float *block_amax, int tile_rows, int mse, float denom, uint8_t *out_data,
+                            uint8_t *out_scale, uint8_t *out_choice) {
+    init_lut();
+    int esize = dtype == DT_F32 ? 4 : 2;
+    int64_t nb = cols / 16;
+    float x[FOUR_OVER_SIX_CHUNK], amax[FOUR_OVER_SIX_CHUNK / 16];
+    float err4[16][FOUR_OVER_SIX_CHUNK / 16], err6[16][FOUR_OVER_SIX_CHUNK / 16];
+    uint8_t sf4[16][FOUR_OVER_SIX_CHUNK / 16], sf6[16][FOUR_OVER_SIX_CHUNK / 16];
+    uint8_t codes4[16][FOUR_OVER_SIX_CHUNK], codes6[16][FOUR_OVER_SIX_CHUNK];
+    for (int64_t g = r0; g < r1; g += tile_rows) {
+        for (int64_t c0 = 0; c0 < cols; c0 += FOUR_OVER_SIX_CHUNK) {
+            int64_t width = cols - c0 < FOUR_OVER_SIX_CHUNK ? cols - c0 : FOUR_OVER_SIX_CHUNK;
+            int64_t nbc = width / 16;
+            for (int j = 0; j < tile_rows; ++j) {
+                int64_t r = g + j;
+                widen_row((const char *)src + (r * ld + c0) * esize, dtype, width, x);
+                if (block_amax) memcpy(amax, block_amax + r * nb + c0 / 16, (size_t)nbc * sizeof(float));
+                else blocks_amax(x, nbc, 16, amax);
+                for (int64_t b = 0; b < nbc; ++b) {
+                    float base = (amax[b] / 6.0f) * s_enc[r];
+                    sf6[j][b] = e4m3_from_nonneg(base);
+                    sf4[j][b] = e4m3_from_nonneg(base * 1.5f);
+                    err4[j][b] = four_over_six_candidate(x + b * 16, sf4[j][b], s_dec[r], amax_row[r], denom, mse,
+                                                         codes4[j] + b * 16);
+                    err6[j][b] = four_over_six_candidate(x + b * 16, sf6[j][b], s_dec[r], amax_row[r], denom, mse,
+                                                         codes6[j] + b * 16);
+                }
+            }
+            for (int64_t b = 0; b < nbc; ++b) {
+                int pick4;
+                if (tile_rows == 16) {
+                    float t4[8], t6[8];
+                    for (int i = 0; i < 8; ++i) { t4[i] = err4[i][b] + err4[i + 8][b]; t6[i] = err6[i][b] + err6[i + 8][b]; }
+                    for (int i = 0; i < 4; ++i) { t4[i] = t4[i] + t4[i + 4]; t6[i] = t6[i] + t6[i + 4]; }
+                    for (int i = 0; i < 2; ++i) { t4[i] = t4[i] + t4[i + 2]; t6[i] = t6[i] + t6[i + 2]; }
+                    pick4 = (t4[0] + t4[1]) < (t6[0] + t6[1]);
+                } else {
+                    pick4 = err4[0][b] < err6[0][b];
+                }
+                for (int j = 0; j < tile_rows; ++j) {
+                    int64_t r = g + j;
+                    const uint8_t *codes = pick4 ? codes4[j] + b * 16 : codes6[j] + b * 16;
+                    out_scale[r * nb + c0 / 16 + b] = pick4 ? sf4[j][b] : sf6[j][b];
+                    if (out_choice) out_choice[r * nb + c0 / 16 + b] = (uint8_t)pick4;
+                    uint8_t *dst = out_data + r * (cols / 2) + c0 / 2 + b * 8;
+                    for (int i = 0; i < 8; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
+                }
+            }
         }
     }
 }
