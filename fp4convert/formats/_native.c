@@ -185,6 +185,30 @@ void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_
     }
 }
 
+/*
+ * NaN-ignoring 16x16 tile amaxes of rows [r0, r1) (multiples of 16), each tile's value written to
+ * all 16 of its rows: out is (rows, cols/16), the block_amax the NVFP4 kernels take for 16x16 tiles.
+ */
+FP4C_CLONES
+void fp4c_tile_amax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld, float *out) {
+    int esize = dtype == DT_F32 ? 4 : 2;
+    int64_t nb = cols / 16;
+    for (int64_t g = r0; g < r1; g += 16) {
+        for (int64_t c0 = 0; c0 < cols; c0 += MAX_COLS_STACK) {
+            int64_t width = cols - c0 < MAX_COLS_STACK ? cols - c0 : MAX_COLS_STACK;
+            int64_t nbc = width / 16;
+            float x[MAX_COLS_STACK], row[MAX_COLS_STACK / 16], tile[MAX_COLS_STACK / 16];
+            for (int64_t b = 0; b < nbc; ++b) tile[b] = 0.0f;
+            for (int j = 0; j < 16; ++j) {
+                widen_row((const char *)src + ((g + j) * ld + c0) * esize, dtype, width, x);
+                blocks_amax(x, nbc, 16, row);
+                for (int64_t b = 0; b < nbc; ++b) tile[b] = row[b] > tile[b] ? row[b] : tile[b];
+            }
+            for (int j = 0; j < 16; ++j) memcpy(out + (g + j) * nb + c0 / 16, tile, (size_t)nbc * sizeof(float));
+        }
+    }
+}
+
 /* Scale byte and per-block multiplier (te: encode scale; modelopt: divisor) of one NVFP4 block. */
 static inline uint8_t nvfp4_block_scale(float amax, float sdec, float mlt, int profile, float *factor) {
     if (profile == PROFILE_MODELOPT) {
@@ -260,26 +284,45 @@ static inline float e2m1_magnitude(uint32_t m) {
 }
 
 #define FOUR_OVER_SIX_CHUNK 512 /* columns per pass: 16 rows x 2 candidates of codes stay in L1 */
+#define FOS_NB (FOUR_OVER_SIX_CHUNK / 16)
 
 /*
- * One 4over6 candidate of a block of 16: codes, and the error of its dequantized values
- * rn(rn(rn(q * sf) * A) / denom) against x, accumulated in element order (four_over_six.py).
+ * Both 4over6 candidates of every block of one row chunk. The element loop is outside the block
+ * loop, so each block's error is still accumulated in element order (four_over_six.py) while the
+ * compiler vectorizes across blocks. xt[i][b] is element i of block b; codes come out the same way.
  */
-static inline float four_over_six_candidate(const float *x, uint8_t sf, float s_dec, float amax, float denom,
-                                            int mse, uint8_t *codes) {
-    float enc = 1.0f / (E4M3_LUT[sf] * s_dec);
-    enc = enc > FLT_MAX_F ? FLT_MAX_F : enc;
-    const float sfv = E4M3_LUT[sf];
-    float err = 0.0f;
-    for (int i = 0; i < 16; ++i) {
-        uint8_t c = e2m1_any(x[i] * enc, 1);
-        codes[i] = c;
-        float q = e2m1_magnitude(c & 7u);
-        q = (c & 8u) ? -q : q;
-        float d = ((q * sfv) * amax) / denom - x[i];
-        err = err + (mse ? d * d : (d < 0.0f ? -d : d));
+static inline void four_over_six_row(const float (*xt)[FOS_NB], const float *amax, int64_t nbc, float a_row,
+                                     float s_enc, float s_dec, float denom, int mse, uint8_t *sf4, uint8_t *sf6,
+                                     float *err4, float *err6, uint8_t (*c4)[FOS_NB], uint8_t (*c6)[FOS_NB]) {
+    float enc4[FOS_NB], enc6[FOS_NB], v4[FOS_NB], v6[FOS_NB];
+    for (int64_t b = 0; b < nbc; ++b) {
+        float base = (amax[b] / 6.0f) * s_enc;
+        sf6[b] = e4m3_from_nonneg(base);
+        sf4[b] = e4m3_from_nonneg(base * 1.5f);
+        v4[b] = E4M3_LUT[sf4[b]];
+        v6[b] = E4M3_LUT[sf6[b]];
+        float e4 = 1.0f / (v4[b] * s_dec), e6 = 1.0f / (v6[b] * s_dec);
+        enc4[b] = e4 > FLT_MAX_F ? FLT_MAX_F : e4;
+        enc6[b] = e6 > FLT_MAX_F ? FLT_MAX_F : e6;
+        err4[b] = 0.0f;
+        err6[b] = 0.0f;
     }
-    return err;
+    for (int i = 0; i < 16; ++i) {
+        for (int64_t b = 0; b < nbc; ++b) {
+            const float x = xt[i][b];
+            uint8_t k4 = e2m1_any(x * enc4[b], 1), k6 = e2m1_any(x * enc6[b], 1);
+            c4[i][b] = k4;
+            c6[i][b] = k6;
+            float q4 = e2m1_magnitude(k4 & 7u), q6 = e2m1_magnitude(k6 & 7u);
+            q4 = (k4 & 8u) ? -q4 : q4;
+            q6 = (k6 & 8u) ? -q6 : q6;
+            float d4 = ((q4 * v4[b]) * a_row) / denom - x;
+            float d6 = ((q6 * v6[b]) * a_row) / denom - x;
+            float m4 = d4 < 0.0f ? -d4 : d4, m6 = d6 < 0.0f ? -d6 : d6;
+            err4[b] = err4[b] + (mse ? d4 * d4 : m4);
+            err6[b] = err6[b] + (mse ? d6 * d6 : m6);
+        }
+    }
 }
 
 /*
@@ -298,10 +341,10 @@ void fp4c_nvfp4_4over6_rows(const void *src, int dtype, int64_t r0, int64_t r1, 
     init_lut();
     int esize = dtype == DT_F32 ? 4 : 2;
     int64_t nb = cols / 16;
-    float x[FOUR_OVER_SIX_CHUNK], amax[FOUR_OVER_SIX_CHUNK / 16];
-    float err4[16][FOUR_OVER_SIX_CHUNK / 16], err6[16][FOUR_OVER_SIX_CHUNK / 16];
-    uint8_t sf4[16][FOUR_OVER_SIX_CHUNK / 16], sf6[16][FOUR_OVER_SIX_CHUNK / 16];
-    uint8_t codes4[16][FOUR_OVER_SIX_CHUNK], codes6[16][FOUR_OVER_SIX_CHUNK];
+    float x[FOUR_OVER_SIX_CHUNK], xt[16][FOS_NB], amax[FOS_NB];
+    float err4[16][FOS_NB], err6[16][FOS_NB];
+    uint8_t sf4[16][FOS_NB], sf6[16][FOS_NB];
+    uint8_t c4[16][16][FOS_NB], c6[16][16][FOS_NB];
     for (int64_t g = r0; g < r1; g += tile_rows) {
         for (int64_t c0 = 0; c0 < cols; c0 += FOUR_OVER_SIX_CHUNK) {
             int64_t width = cols - c0 < FOUR_OVER_SIX_CHUNK ? cols - c0 : FOUR_OVER_SIX_CHUNK;
@@ -311,15 +354,10 @@ void fp4c_nvfp4_4over6_rows(const void *src, int dtype, int64_t r0, int64_t r1, 
                 widen_row((const char *)src + (r * ld + c0) * esize, dtype, width, x);
                 if (block_amax) memcpy(amax, block_amax + r * nb + c0 / 16, (size_t)nbc * sizeof(float));
                 else blocks_amax(x, nbc, 16, amax);
-                for (int64_t b = 0; b < nbc; ++b) {
-                    float base = (amax[b] / 6.0f) * s_enc[r];
-                    sf6[j][b] = e4m3_from_nonneg(base);
-                    sf4[j][b] = e4m3_from_nonneg(base * 1.5f);
-                    err4[j][b] = four_over_six_candidate(x + b * 16, sf4[j][b], s_dec[r], amax_row[r], denom, mse,
-                                                         codes4[j] + b * 16);
-                    err6[j][b] = four_over_six_candidate(x + b * 16, sf6[j][b], s_dec[r], amax_row[r], denom, mse,
-                                                         codes6[j] + b * 16);
-                }
+                for (int64_t b = 0; b < nbc; ++b)
+                    for (int i = 0; i < 16; ++i) xt[i][b] = x[b * 16 + i];
+                four_over_six_row((const float (*)[FOS_NB])xt, amax, nbc, amax_row[r], s_enc[r], s_dec[r], denom,
+                                  mse, sf4[j], sf6[j], err4[j], err6[j], c4[j], c6[j]);
             }
             for (int64_t b = 0; b < nbc; ++b) {
                 int pick4;
@@ -334,11 +372,11 @@ void fp4c_nvfp4_4over6_rows(const void *src, int dtype, int64_t r0, int64_t r1, 
                 }
                 for (int j = 0; j < tile_rows; ++j) {
                     int64_t r = g + j;
-                    const uint8_t *codes = pick4 ? codes4[j] + b * 16 : codes6[j] + b * 16;
+                    uint8_t (*codes)[FOS_NB] = pick4 ? c4[j] : c6[j];
                     out_scale[r * nb + c0 / 16 + b] = pick4 ? sf4[j][b] : sf6[j][b];
                     if (out_choice) out_choice[r * nb + c0 / 16 + b] = (uint8_t)pick4;
                     uint8_t *dst = out_data + r * (cols / 2) + c0 / 2 + b * 8;
-                    for (int i = 0; i < 8; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
+                    for (int k = 0; k < 8; ++k) dst[k] = (uint8_t)(codes[2 * k][b] | (codes[2 * k + 1][b] << 4));
                 }
             }
         }

@@ -82,6 +82,21 @@ def _row_amax_kernel(x_ptr, out_ptr, cols, ld, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _tile_amax_kernel(x_ptr, out_ptr, cols, ld, NB: tl.constexpr):
+    # One 16-row group x NB tiles: the tile maximum, written to each of the tile's 16 rows.
+    r = tl.program_id(0) * 16 + tl.arange(0, 16)
+    blk = tl.program_id(1) * NB + tl.arange(0, NB)
+    e = tl.arange(0, 16)
+    nblocks = cols // 16
+    bmask = blk < nblocks
+    col = blk[None, :, None] * 16 + e[None, None, :]
+    x = tl.load(x_ptr + r[:, None, None] * ld + col, mask=bmask[None, :, None], other=0.0).to(tl.float32)
+    tile = tl.max(tl.max(_abs_nan0(x), axis=2), axis=0)  # max is exact in any order
+    out = tl.broadcast_to(tile[None, :], (16, NB))
+    tl.store(out_ptr + r[:, None] * nblocks + blk[None, :], out, mask=bmask[None, :])
+
+
+@triton.jit
 def _nvfp4_kernel(
     x_ptr,
     sdec_ptr,
@@ -285,6 +300,16 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, dtype=torch.float32, device=x2d.device)
     if rows:
         _row_amax_kernel[(rows,)](x2d, out, cols, x2d.stride(0), BLOCK=1024, enable_fp_fusion=False)
+    return out
+
+
+def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
+    rows, cols = x2d.shape
+    out = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.float32, device=x2d.device)
+    nb = 16
+    if rows and cols:
+        grid = (rows // 16, triton.cdiv(cols // NVFP4_BLOCK, nb))
+        _tile_amax_kernel[grid](x2d, out, cols, x2d.stride(0), NB=nb, enable_fp_fusion=False)
     return out
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "native_available",
     "nvfp4_matrix",
     "row_amax",
+    "tile_amax",
     "triton_available",
 ]
 
@@ -60,7 +61,14 @@ def _native_lib() -> Any | None:
     lib.fp4c_nvfp4_4over6_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr, ptr, ptr, i32, i32, f32]
     lib.fp4c_nvfp4_4over6_rows.argtypes += [ptr, ptr, ptr]
     lib.fp4c_mxfp8_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr]
-    for fn in (lib.fp4c_absmax_rows, lib.fp4c_nvfp4_rows, lib.fp4c_nvfp4_4over6_rows, lib.fp4c_mxfp8_rows):
+    lib.fp4c_tile_amax_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr]
+    for fn in (
+        lib.fp4c_absmax_rows,
+        lib.fp4c_tile_amax_rows,
+        lib.fp4c_nvfp4_rows,
+        lib.fp4c_nvfp4_4over6_rows,
+        lib.fp4c_mxfp8_rows,
+    ):
         fn.restype = None
     return lib
 
@@ -113,7 +121,7 @@ def _row_tasks(rows: int, cols: int, align: int = 1) -> list[tuple[int, int]]:
     if elements < _MIN_ELEMENTS_PER_TASK:
         return [(0, rows)]
     units = rows // align
-    count = min(units, threads * (4 if elements >= 16 * _MIN_ELEMENTS_PER_TASK else 1))
+    count = max(1, min(units, threads * (4 if elements >= 16 * _MIN_ELEMENTS_PER_TASK else 1)))
     bounds = [units * i // count * align for i in range(count)] + [rows]
     return [(bounds[i], bounds[i + 1]) for i in range(count) if bounds[i] < bounds[i + 1]]
 
@@ -173,6 +181,25 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
         lib.fp4c_absmax_rows(x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), out.data_ptr())
 
     _run_rows(run, rows, cols)
+    return out
+
+
+def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
+    """Fast path of :func:`fp4convert.formats.nvfp4.tile_amax` for a 2-D ``(M, N)`` matrix."""
+    x2d = contiguous_rows(x2d)
+    if x2d.is_cuda:
+        from fp4convert.formats import _triton
+
+        return _triton.tile_amax(x2d)
+    lib = _lib()
+    rows, cols = x2d.shape
+    out = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.float32)
+    code = _DTYPE_CODES[x2d.dtype]
+
+    def run(r0: int, r1: int) -> None:
+        lib.fp4c_tile_amax_rows(x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), out.data_ptr())
+
+    _run_rows(run, rows, cols, align=NVFP4_BLOCK)
     return out
 
 

@@ -219,7 +219,7 @@ def nvfp4_matrix_reference(
 
 
 def _block_amax_for_kernel(x2d: torch.Tensor, tile: str) -> torch.Tensor | None:
-    return tile_amax(x2d).float().contiguous() if tile == "16x16" else None
+    return kernels.tile_amax(x2d) if tile == "16x16" else None
 
 
 def nvfp4_matrix(

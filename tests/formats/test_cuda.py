@@ -98,3 +98,9 @@ def test_flashinfer_gate_matches_this_device():
     major, _ = torch.cuda.get_device_capability()
     installed = importlib.util.find_spec("flashinfer") is not None
     assert kernels.flashinfer_quantize_usable() is (major >= 10 and installed)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_tile_amax_cuda_equals_cpu(dtype):
+    x = adversarial((1024, 2064), dtype, seed=17)
+    assert_bytes_equal(kernels.tile_amax(x.cuda()), kernels.tile_amax(x))

@@ -129,3 +129,11 @@ def test_flashinfer_gate_refuses_hopper(monkeypatch, capability, installed, usab
         lambda name: (object() if installed else None) if name == "flashinfer" else real_find_spec(name),
     )
     assert kernels.flashinfer_quantize_usable() is usable
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tile_amax_native_equals_reference(dtype):
+    from fp4convert.formats.nvfp4 import tile_amax
+
+    x = adversarial((1040, 1040), dtype, 8)  # NaN, inf, +-0; 65 tiles split over threads
+    assert_bytes_equal(kernels.tile_amax(x), tile_amax(x))
