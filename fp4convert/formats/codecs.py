@@ -61,7 +61,7 @@ def scalar_like(value: float, like: torch.Tensor) -> torch.Tensor:
 
 def nan_ignoring_abs(x: torch.Tensor) -> torch.Tensor:
     """``|x|`` as float32 with NaN replaced by 0, so every max over it ignores NaN like TE's
-    ``fmaxf``/``__hmax`` reductions do (quantizers.md 1.2 step 1); +inf is kept."""
+    ``fmaxf``/``__hmax`` reductions do (docs/formats.md, "NVFP4" step 1); +inf is kept."""
     return x.float().abs().nan_to_num(nan=0.0, posinf=float("inf"))
 
 
@@ -122,7 +122,7 @@ def e4m3_decode(codes: torch.Tensor) -> torch.Tensor:
 
 def e8m0_encode_roundup(v: torch.Tensor) -> torch.Tensor:
     """float32 ``v >= 0`` -> E8M0 exponent of the smallest power of two >= v
-    (``cvt.rp.satfinite.ue8m0x2.f32``, quantizers.md 5 step 3).
+    (``cvt.rp.satfinite.ue8m0x2.f32``, docs/formats.md, "MXFP8" step 3).
 
     NaN -> 0xFF; +inf and anything above 2**127 -> 0xFE; 0 and v <= 2**-127 -> 0x00.
     """
