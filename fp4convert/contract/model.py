@@ -41,6 +41,7 @@ from pydantic import (
     Tag,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -57,6 +58,7 @@ __all__ = [
     "Contract",
     "Format",
     "FormatRecipes",
+    "FourOverSix",
     "FusedGroups",
     "LayerFraction",
     "MXFP8Recipe",
@@ -74,6 +76,8 @@ Namespace = Literal["hf", "megatron"]
 # Same names as fp4convert.formats.profiles.Profile (a test guards the two lists); repeated here so
 # that loading a contract does not import torch.
 QuantizerProfile = Literal["te", "te-2.13", "modelopt"]
+#: TransformerEngine's 4over6 candidate error (``nvfp4_4over6_err_mode``), lower case.
+FourOverSix = Literal["mae", "mse"]
 BackwardMode = Literal["high_precision", "dequantized"]
 KVCachePrecision = Literal["bf16", "fp8_e4m3"]
 
@@ -118,11 +122,33 @@ class NVFP4Recipe(_Strict):
             ``expert`` (w1/w3 of one expert still share one), or each ``row``.
         per_token_activations: activations get one outer scale per token, computed online, so a
             token's bytes never depend on its neighbours in the batch.
+        four_over_six: TransformerEngine's 4over6 (docs/formats.md, "4over6"): each block keeps the
+            map-to-4 or map-to-6 scale, whichever has the lower ``mae`` or ``mse``; ``null`` (the
+            default) is plain NVFP4.
+        four_over_six_e4m3_max: the E4M3 bound of the global scale under 4over6, ``256`` or
+            ``448``; required with ``four_over_six``, because the engines' defaults disagree
+            (TransformerEngine's recipe uses 256, FlashInfer 448).
     """
 
     tile: Literal["1x16", "16x16"] = "1x16"
     weight_scale_scope: Literal["tensor", "expert", "row"] = "tensor"
     per_token_activations: StrictBool = False
+    four_over_six: FourOverSix | None = None
+    four_over_six_e4m3_max: Annotated[Literal[256, 448], _exact_type(int, "256 or 448")] | None = None
+
+    @model_validator(mode="after")
+    def _four_over_six_bound(self) -> NVFP4Recipe:
+        if self.four_over_six is not None and self.four_over_six_e4m3_max is None:
+            raise PydanticCustomError(
+                "four_over_six_bound",
+                "four_over_six needs four_over_six_e4m3_max: 256 (TransformerEngine's recipe default) or "
+                "448 (FlashInfer's default)",
+            )
+        if self.four_over_six is None and self.four_over_six_e4m3_max is not None:
+            raise PydanticCustomError(
+                "four_over_six_bound", "four_over_six_e4m3_max is set but four_over_six is not: set both or neither"
+            )
+        return self
 
     @property
     def block_shape(self) -> tuple[int, int]:
@@ -356,6 +382,28 @@ class Contract(_Strict):
     kv_cache: KVCachePrecision = "bf16"
     expert_tensor_parallel_size: Annotated[StrictInt, Field(ge=1)] | None = None
 
+    @field_validator("formats")
+    @classmethod
+    def _four_over_six_is_te_arithmetic(cls, formats: FormatRecipes, info: ValidationInfo) -> FormatRecipes:
+        quantizer = info.data.get("quantizer", "te")
+        if formats.nvfp4.four_over_six is not None and quantizer != "te":
+            raise PydanticCustomError(
+                "four_over_six_quantizer",
+                "nvfp4.four_over_six is TransformerEngine >= 2.17 arithmetic and needs quantizer 'te', not "
+                "'{quantizer}'",
+                {"quantizer": quantizer},
+            )
+        return formats
+
+    @property
+    def nvfp4_profile(self) -> str:
+        """The arithmetic profile NVFP4 tensors are quantized with (``fp4convert.formats.profiles``):
+        ``quantizer``, or TransformerEngine's 4over6 profile ``te-4over6-<mode>[-256]``."""
+        recipe = self.formats.nvfp4
+        if recipe.four_over_six is None:
+            return self.quantizer
+        return f"te-4over6-{recipe.four_over_six}" + ("-256" if recipe.four_over_six_e4m3_max == 256 else "")
+
     @field_validator("rules")
     @classmethod
     def _rule_names_are_unique(cls, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
@@ -419,8 +467,14 @@ class Contract(_Strict):
     # Canonical form -------------------------------------------------------------------------
 
     def canonical_dict(self) -> dict[str, Any]:
-        """Every field, defaults included, as plain JSON types in field order."""
-        return self.model_dump(mode="json")
+        """Every field, defaults included, as plain JSON types in field order; the 4over6 fields
+        only when set, so contracts written before they existed keep their hash."""
+        data = self.model_dump(mode="json")
+        nvfp4 = data["formats"]["nvfp4"]
+        for key in ("four_over_six", "four_over_six_e4m3_max"):
+            if nvfp4[key] is None:
+                del nvfp4[key]
+        return data
 
     def to_yaml(self) -> str:
         """The canonical YAML form: every field written out, field order, loadable again.

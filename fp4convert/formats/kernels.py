@@ -209,7 +209,6 @@ def nvfp4_matrix(
     profile: profiles.Profile,
     block_amax: torch.Tensor | None = None,
     *,
-    tile_rows: int = 1,
     choice: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path of :func:`fp4convert.formats.nvfp4.nvfp4_matrix_reference`.
@@ -218,9 +217,9 @@ def nvfp4_matrix(
         x2d: ``(M, N)`` matrix on the CPU or a CUDA device (:func:`has_fast_path` must hold).
         row_amax: float32 ``(M,)`` outer amax of each row.
         profile: arithmetic profile.
-        block_amax: optional float32 ``(M, N/16)`` amaxes used instead of each block's own
-            (16x16 tiles pass their tile amax).
-        tile_rows: 16 when ``block_amax`` holds 16x16 tile amaxes (4over6 then chooses per tile).
+        block_amax: optional float32 ``(M, N/16)`` 16x16 tile amaxes (:func:`tile_amax`), used
+            instead of each block's own; rows then come in whole tiles (M % 16 == 0) and 4over6
+            makes one choice per tile, as TE's 2-D quantization does.
         choice: optional uint8 ``(M, N/16)`` tensor on ``x2d``'s device; 4over6 writes 1 where a
             block took map-to-4, 0 where it took map-to-6.
 
@@ -232,6 +231,7 @@ def nvfp4_matrix(
     spec = profiles.profile_spec(profile)
     outer = profiles.outer_scales(row_amax.reshape(rows).to(x2d.device), profile)
     blk = None if block_amax is None else block_amax.float().contiguous()
+    tile_rows = 1 if blk is None else NVFP4_BLOCK
     code = PROFILE_CODES[spec.chain]
     if x2d.is_cuda:
         from fp4convert.formats import _triton

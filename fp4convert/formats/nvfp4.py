@@ -232,8 +232,7 @@ def nvfp4_matrix(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`nvfp4_matrix_reference` through the fastest exact path for the device (same bytes)."""
     if backend == "auto" and kernels.has_fast_path(x2d):
-        tile_rows = NVFP4_BLOCK if tile == "16x16" else 1
-        return kernels.nvfp4_matrix(x2d, row_amax, profile, _block_amax_for_kernel(x2d, tile), tile_rows=tile_rows)
+        return kernels.nvfp4_matrix(x2d, row_amax, profile, _block_amax_for_kernel(x2d, tile))
     return nvfp4_matrix_reference(x2d, row_amax, profile, tile=tile)
 
 
@@ -365,10 +364,7 @@ def four_over_six_choices(
     amax_rows = _per_row(_outer_amax(x, scope, amax, backend), scope, x.shape)
     if backend == "auto" and kernels.has_fast_path(x2d):
         choice = torch.empty(x2d.shape[0], cols // NVFP4_BLOCK, dtype=torch.uint8, device=x.device)
-        tile_rows = NVFP4_BLOCK if tile == "16x16" else 1
-        kernels.nvfp4_matrix(
-            x2d, amax_rows, profile, _block_amax_for_kernel(x2d, tile), tile_rows=tile_rows, choice=choice
-        )
+        kernels.nvfp4_matrix(x2d, amax_rows, profile, _block_amax_for_kernel(x2d, tile), choice=choice)
         map4 = choice.bool()
     else:
         _, _, picked = _reference_matrix(x2d, amax_rows, profile, tile)
