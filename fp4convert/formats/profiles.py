@@ -101,11 +101,13 @@ class ProfileSpec:
         chain: which block chain of the module table it follows.
         global_e4m3_max: ``B``, the E4M3 bound of the global scale: ``S_enc = 6 * B / A``.
         error: the 4over6 candidate error (``"mae"`` / ``"mse"``), None for the other chains.
+        description: the chain in a few words, for diagnostics ("the exporter uses ...").
     """
 
     chain: Chain
     global_e4m3_max: float = E4M3.max
     error: four_over_six.ErrorMode | None = None
+    description: str = ""
 
     @property
     def global_max(self) -> float:
@@ -114,13 +116,27 @@ class ProfileSpec:
 
 
 _SPECS: dict[str, ProfileSpec] = {
-    "te": ProfileSpec("te"),
-    "te-2.13": ProfileSpec("te-2.13"),
-    "modelopt": ProfileSpec("modelopt"),
-    "te-4over6-mae": ProfileSpec("4over6", error="mae"),
-    "te-4over6-mse": ProfileSpec("4over6", error="mse"),
-    "te-4over6-mae-256": ProfileSpec("4over6", FOUR_OVER_SIX_E4M3_MAX, "mae"),
-    "te-4over6-mse-256": ProfileSpec("4over6", FOUR_OVER_SIX_E4M3_MAX, "mse"),
+    "te": ProfileSpec("te", description="TransformerEngine >= 2.14's order (block amax times S_enc/6)"),
+    "te-2.13": ProfileSpec("te-2.13", description="TransformerEngine <= 2.13's order (block amax / 6 first)"),
+    "modelopt": ProfileSpec("modelopt", description="ModelOpt's division order (x / (sf * s2))"),
+    "te-4over6-mae": ProfileSpec(
+        "4over6", error="mae", description="TransformerEngine's 4over6 (map-to-4 or 6 by MAE, global bound 448)"
+    ),
+    "te-4over6-mse": ProfileSpec(
+        "4over6", error="mse", description="TransformerEngine's 4over6 (map-to-4 or 6 by MSE, global bound 448)"
+    ),
+    "te-4over6-mae-256": ProfileSpec(
+        "4over6",
+        FOUR_OVER_SIX_E4M3_MAX,
+        "mae",
+        "TransformerEngine's 4over6 (map-to-4 or 6 by MAE, global bound 256)",
+    ),
+    "te-4over6-mse-256": ProfileSpec(
+        "4over6",
+        FOUR_OVER_SIX_E4M3_MAX,
+        "mse",
+        "TransformerEngine's 4over6 (map-to-4 or 6 by MSE, global bound 256)",
+    ),
 }
 
 
