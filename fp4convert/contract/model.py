@@ -113,7 +113,7 @@ class _Strict(BaseModel):
 
 
 class NVFP4Recipe(_Strict):
-    """How NVFP4 tensors are quantized (quantizers.md; background.md "The formats").
+    """How NVFP4 tensors are quantized (docs/formats.md; background.md "The formats").
 
     Attributes:
         tile: weight block shape. ``1x16`` (16 consecutive values of a row share an E4M3 scale)
