@@ -27,7 +27,9 @@ Targets (``--target``):
 ``env``
     The environment of ``docs/recipe.md``: TransformerEngine's NVFP4 switches and backward override,
     TensorRT-LLM / FlashInfer fast-math FP4 quantization off, SGLang per-token activations.
-    Switches are always written with an explicit value (``=0`` when off), never left out.
+    Switches are always written with an explicit value (``=0`` when off), never left out. A
+    ``four_over_six`` contract adds TransformerEngine's and FlashInfer's 4over6 switches
+    (docs/formats.md, "4over6"): mode, E4M3 bound (the two engines' defaults differ), exact error.
 
 Every target prints one item per line (flags with their values, or ``KEY=VALUE``), so the output
 can be spliced into a command line (``$(fp4convert contract emit ...)``) or sourced. What a target
@@ -319,9 +321,46 @@ def _env(contract: Contract) -> Emitted:
             "FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH=1",
             f"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION={per_token}",
         ]
+        lines += _four_over_six_env(contract)
     elif low:
         lines.append(f"NVTE_BACKWARD_OVERRIDE={contract.backward}")
-    return Emitted(_lines(lines), _scope_notes(contract))
+    return Emitted(_lines(lines), _scope_notes(contract) + _four_over_six_notes(contract))
+
+
+def _four_over_six_env(contract: Contract) -> list[str]:
+    nvfp4 = contract.formats.nvfp4
+    if nvfp4.four_over_six is None:
+        return []
+    mode, use_256 = nvfp4.four_over_six.upper(), nvfp4.four_over_six_e4m3_max == 256
+    return [
+        # Weights and activations (TE never applies 4over6 to gradients); RHT is off above, as TE requires.
+        "NVTE_NVFP4_4OVER6=all",
+        f"NVTE_NVFP4_4OVER6_ERR_MODE={mode}",
+        f"NVTE_NVFP4_4OVER6_E4M3_USE_256={'all' if use_256 else 'none'}",
+        "NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=0",
+        "FLASHINFER_NVFP4_4OVER6=1",
+        f"FLASHINFER_NVFP4_4OVER6_ERR_MODE={mode}",
+        f"FLASHINFER_NVFP4_4OVER6_E4M3_USE_256={int(use_256)}",
+        "FLASHINFER_NVFP4_4OVER6_ERR_USE_FAST_MATH=0",
+    ]
+
+
+def _four_over_six_notes(contract: Contract) -> tuple[str, ...]:
+    nvfp4 = contract.formats.nvfp4
+    if nvfp4.four_over_six is None or "nvfp4" not in contract.formats_used:
+        return ()
+    if nvfp4.per_token_activations:
+        return (
+            "4over6 with per-token activations: TransformerEngine refuses a row-scaled 4over6 tensor that "
+            "needs a column-wise copy; not confirmed that the learner's backward never asks for one. Not "
+            "confirmed either that SGLang hands FlashInfer the per-token global scale 1/(6*B) of the chosen "
+            "bound (FlashInfer's own helper does)",
+        )
+    return (
+        "4over6 with per-tensor activations: FlashInfer scores a per-tensor block's candidates with the "
+        "decode scale instead of TransformerEngine's amax/(6*B), so its activation bytes can differ from TE's "
+        "(docs/formats.md, '4over6'); the weights in the checkpoint are TE's",
+    )
 
 
 def emit(contract: Contract, target: Target, *, num_layers: int | None = None, num_mtp_layers: int = 0) -> Emitted:

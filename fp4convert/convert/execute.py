@@ -231,7 +231,7 @@ def _write_shard(
     layout = [spec for item in items for spec in item.outputs]
     tmp = path.with_name(path.name + ".tmp")
     writer = StreamingWriter(tmp, layout, metadata={"format": "pt", "producer": f"fp4convert {__version__}"})
-    profile = plan.contract.quantizer
+    profile = plan.contract.nvfp4_profile
 
     def write(item: PlannedTensor, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, _, _ in item.outputs:
@@ -343,7 +343,7 @@ def _manifest(
         "producer": {"name": "fp4convert", "version": __version__, "torch": torch.__version__},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "dialect": plan.dialect.name,
-        "quantizer_profile": plan.contract.quantizer,
+        "quantizer_profile": plan.contract.nvfp4_profile,
         "device": device,
         "activation_mode": activation,
         "contract_sha256": contract_hash(plan.contract),

@@ -37,11 +37,7 @@ from fp4convert.megatron.sources import PieceSource, tensor_meta
 
 __all__ = ["Context", "explain"]
 
-_PROFILE_WORDS = {
-    "te": "TransformerEngine >= 2.14's order (block amax times S_enc/6)",
-    "te-2.13": "TransformerEngine <= 2.13's order (block amax / 6 first)",
-    "modelopt": "ModelOpt's division order (x / (sf * s2))",
-}
+_PROFILE_WORDS = {p: profiles.profile_spec(p).description for p in profiles.PROFILES}
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 

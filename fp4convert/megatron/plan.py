@@ -74,7 +74,7 @@ class ExportPlan:
     @property
     def profile(self) -> str:
         """The contract's NVFP4 arithmetic profile."""
-        return self.contract.quantizer
+        return self.contract.nvfp4_profile
 
     def item(self, name: str) -> ExportItem:
         """The item of HF tensor ``name``.

@@ -321,7 +321,7 @@ def _compare_with_source(
         for item in plan.items:
             early = amaxes.take(item.info.name)
             x = early if early is not None else reader.read(item.info.name)
-            q = quantize_planned(item, x, profile=contract.quantizer, amax=amaxes.amax_for(item, x), device=device)
+            q = quantize_planned(item, x, profile=contract.nvfp4_profile, amax=amaxes.amax_for(item, x), device=device)
             tensors = dialect.encode(item, q, x, _input_amax(item, plan, calibration))
             for name, tensor in tensors.items():
                 if name.endswith((".input_scale", ".input_global_scale")) and calibration is None and calib_path:
