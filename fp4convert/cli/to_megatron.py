@@ -39,9 +39,7 @@ from fp4convert.cli import options
     default=None,
     help="Megatron-Core version to write for (e.g. 0.16.1: MTP inner layer `transformer_layer`). Default: current.",
 )
-@click.option(
-    "--mla-down-proj-fusion", is_flag=True, help="MLA: one linear_qkv_down_proj (Megatron-Core >= 0.17)."
-)
+@click.option("--mla-down-proj-fusion", is_flag=True, help="MLA: one linear_qkv_down_proj (Megatron-Core >= 0.17).")
 @click.option("--revision", default=None, help="Hub revision when SOURCE is a repo id.")
 @options.overwrite
 @options.json_output

@@ -230,14 +230,14 @@ def pack(
             out[target] = _stack(target, members, spelling.experts, experts_per_rank)
         elif target.endswith("linear_qkv_down_proj.weight"):
             head = target.removesuffix("self_attention.linear_qkv_down_proj.weight") + "self_attention."
-            parts = [members.get(f"{head}linear_{part}_down_proj.weight") for part in ("q", "kv")]
-            if parts[0] is None or parts[1] is None:
+            q, kv = (members.get(f"{head}linear_{part}_down_proj.weight") for part in ("q", "kv"))
+            if q is None or kv is None:
                 raise MappingError(
                     f"`{target}` needs both `{head}linear_q_down_proj.weight` and `{head}linear_kv_down_proj.weight`",
                     hint="mla_down_proj_fusion needs q_lora_rank; pass both down projections together",
                     tensor=target,
                 )
-            out[target] = torch.cat(parts, dim=0)
+            out[target] = torch.cat([q, kv], dim=0)
         else:  # the input norm renamed into the fused down projection
             [out[target]] = members.values()
     return out
@@ -279,9 +279,10 @@ def unpack(
         MappingError: a stacked or fused tensor whose shape does not split as the config says.
 
     Example:
-        >>> [(n, tuple(t.shape)) for n, t in unpack("decoder.layers.0.mlp.experts.weight2", torch.zeros(6, 4),
-        ...                                          experts_per_rank=2, q_lora_rank=None)]
-        [('decoder.layers.0.mlp.experts.linear_fc2.weight0', (4, 3)), ('decoder.layers.0.mlp.experts.linear_fc2.weight1', (4, 3))]
+        >>> pieces = unpack("decoder.layers.0.mlp.experts.weight2", torch.zeros(6, 4), experts_per_rank=2,
+        ...                 q_lora_rank=None)
+        >>> [(name.rsplit(".", 1)[1], tuple(t.shape)) for name, t in pieces]
+        [('weight0', (4, 3)), ('weight1', (4, 3))]
     """
     name = strip_module_prefix(name)
     legacy = _LEGACY.match(name)

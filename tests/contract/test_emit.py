@@ -122,7 +122,7 @@ EXPECTED: dict[tuple[str, str], str] = {
 }
 # vllm-args: vLLM's KV-cache dtype, and its own per-token switch where the contract asks for per-token NVFP4
 VLLM_PLAIN = "--kv-cache-dtype bfloat16\n"
-VLLM_PER_TOKEN = VLLM_PLAIN + "--quantization-config '{\"moe\": {\"activation\": \"nvfp4_per_token\"}}'\n"
+VLLM_PER_TOKEN = VLLM_PLAIN + '--quantization-config \'{"moe": {"activation": "nvfp4_per_token"}}\'\n'
 EXPECTED |= {
     (stem, "vllm-args"): VLLM_PER_TOKEN if stem.startswith("nvfp4-experts-per-token") else VLLM_PLAIN
     for stem in SHIPPED

@@ -6,7 +6,8 @@ CPU under a one-process gloo group with small shims: ``torch.cuda.current_device
 (the model's constructors ask for it even with ``use_cpu_initialization``), the RNG tracker's
 ``fork`` is a no-op (it guards dropout, which is 0), the causal mask is passed in (the default one
 is made on "cuda"), MoE layers use the ``allgather`` token dispatcher, and 0.16.1's undefined
-TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None. Nothing of Megatron's arithmetic is replaced.
+TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None.
+Nothing of Megatron's arithmetic is replaced.
 
 Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT``. Writes into OUT:
 
@@ -143,7 +144,9 @@ def main() -> int:
     model.load_state_dict(state, strict=True)  # raises on any missing or unexpected name
     named = list(model.named_parameters())
     save_file({n: p.detach().contiguous() for n, p in named}, str(out / "named_parameters.safetensors"))
-    (out / "order.json").write_text(json.dumps({"order": [n for n, _ in named], "missing": missing, "unexpected": unexpected}))
+    (out / "order.json").write_text(
+        json.dumps({"order": [n for n, _ in named], "missing": missing, "unexpected": unexpected})
+    )
 
     model = _model(hf, torch.float32)  # the same BF16 weights, computed in float32 like the reference
     model.load_state_dict(state, strict=True)

@@ -56,9 +56,7 @@ def _read(directory: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_real_gpt_model_loads_to_megatron_output_and_exports_the_converter_bytes(
-    case, megatron_env, tmp_path
-) -> None:
+def test_real_gpt_model_loads_to_megatron_output_and_exports_the_converter_bytes(case, megatron_env, tmp_path) -> None:
     key, overrides, contract, family = CASES[case]
     source = tmp_path / "hf"
     _build_model(key, 0, **overrides).save_pretrained(str(source))
