@@ -57,8 +57,13 @@ def _held_weights(model):  # runs where the model lives
         if not isinstance(module, LinearBase):
             continue
         method = type(module.quant_method).__name__
-        kernel = getattr(module.quant_method, "kernel", None)
-        info = {"quant_method": method, "kernel": None if kernel is None else type(kernel).__name__}
+        scheme = getattr(module, "scheme", None)  # compressed-tensors keeps its kernel on the scheme
+        kernel = getattr(module.quant_method, "kernel", None) or getattr(scheme, "kernel", None)
+        info = {
+            "quant_method": method,
+            "scheme": None if scheme is None else type(scheme).__name__,
+            "kernel": None if kernel is None else type(kernel).__name__,
+        }
         weight = module.weight
         if weight.dtype == torch.uint8:  # NVFP4: two E2M1 values per byte
             global_scale = module.weight_global_scale if hasattr(module, "weight_global_scale") else None
