@@ -1,13 +1,13 @@
 """vLLM (its CPU build, in its own venv) loads fp4convert's outputs and computes with the same weights.
 
-For each dense output of each dialect vLLM reads (ModelOpt: NVFP4 per-token, NVFP4 W4A4 with
-calibrated activation scales, MXFP8, NVFP4+MXFP8 mixed; compressed-tensors: NVFP4 W4A4, MXFP8)
-``vllm_probe.py`` loads it with ``vllm.LLM`` (vLLM's own NVFP4 / MXFP8 software-emulation kernels registered for the CPU through
-its public ``register_linear_kernel``), runs a forward over fixed prompt ids, and dumps every linear
-module's weight as vLLM computes with it after ``process_weights_after_loading``. Those weights
-equal ``fp4convert dequantize`` of the same output byte for byte (uint8 views; vLLM's fused
-``qkv_proj`` / ``gate_up_proj`` are the concatenated HF pieces). The prompt logprobs against the BF16
-source model are printed (``-s``), not asserted: quantization moves them.
+For each dense output of each dialect vLLM reads (ModelOpt: NVFP4 per-token, NVFP4 W4A4 with calibrated
+activation scales, MXFP8, NVFP4+MXFP8 mixed; compressed-tensors: NVFP4 W4A4, MXFP8) ``vllm_probe.py``
+loads it with ``vllm.LLM`` (vLLM's own NVFP4 / MXFP8 software-emulation kernels registered for the CPU
+through its public ``register_linear_kernel``), runs a forward over fixed prompt ids, and dumps every
+linear module's weight as vLLM computes with it after ``process_weights_after_loading``. Those weights
+equal ``fp4convert dequantize`` of the same output byte for byte (uint8 views; vLLM's fused ``qkv_proj``
+/ ``gate_up_proj`` are the concatenated HF pieces). The prompt logprobs against the BF16 source model
+are printed (``-s``), not asserted: quantization moves them.
 
 compressed-tensors NVFP4 without calibrated activations (per-token contracts) is weight-only
 (W4A16) in vLLM, and none of vLLM's W4A16 kernels runs on the CPU: that refusal is asserted.
