@@ -34,7 +34,13 @@ from fp4convert.contract.emit import emit
 from fp4convert.convert.execute import _publish
 from fp4convert.convert.manifest import file_sha256, write_json_atomic
 from fp4convert.errors import ConversionError
-from fp4convert.families import ExpertLayout, hf_to_megatron, inventory_from_checkpoint
+from fp4convert.families import (
+    ExpertLayout,
+    MegatronSpelling,
+    hf_to_megatron,
+    inventory_from_checkpoint,
+    packed_name,
+)
 from fp4convert.inventory import ModelInventory, TensorInfo
 
 __all__ = ["MANIFEST_NAME", "PRECISION_FILES", "ImportReport", "import_hf"]
@@ -83,11 +89,11 @@ class _Target:
     shape: tuple[int, ...] = ()
 
 
-def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: ExpertLayout) -> list[_Target]:
+def _targets(inventory: ModelInventory, source: SourceCheckpoint, spelling: MegatronSpelling) -> list[_Target]:
     """Megatron tensors in source-file order, each with its name, dtype and shape from a meta dry run."""
     groups: dict[str, _Target] = {}
-    for info in inventory:
-        groups.setdefault(info.megatron_name or info.name, _Target([])).members.append(info)
+    for info in inventory:  # stacked experts / fused MLA down projections gather several tables' tensors
+        groups.setdefault(packed_name(info.megatron_name or info.name, spelling), _Target([])).members.append(info)
     order = {name: n for n, name in enumerate(source.shards)}
 
     def position(target: _Target) -> tuple[int, int]:
@@ -101,7 +107,7 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: Expert
             for i in target.members
             if not _is_shared_copy(i)
         }
-        [(name, tensor)] = hf_to_megatron(meta, inventory.family, inventory.config, expert_layout=layout).items()
+        [(name, tensor)] = hf_to_megatron(meta, inventory.family, inventory.config, spelling=spelling).items()
         target.name, target.dtype, target.shape = name, dtype_name(tensor.dtype), tuple(tensor.shape)
         target.file = source.tensor_file[target.members[0].name]
     files = [f for f in source.shards if any(t.file == f for t in targets)]
@@ -146,7 +152,7 @@ def _write_shard(
     targets: list[_Target],
     source: SourceCheckpoint,
     inventory: ModelInventory,
-    layout: ExpertLayout,
+    spelling: MegatronSpelling,
     files: dict[str, SafetensorsFile],
     hook: ProgressHook,
 ) -> dict[str, str]:
@@ -164,7 +170,7 @@ def _write_shard(
                 if shard not in files:
                     files[shard] = source.open(shard)
                 pieces[info.name] = files[shard].read(info.name)
-            out = hf_to_megatron(pieces, inventory.family, inventory.config, expert_layout=layout)
+            out = hf_to_megatron(pieces, inventory.family, inventory.config, spelling=spelling)
             writer.write(target.name, out[target.name])
             hook(
                 "tensor",
@@ -187,6 +193,7 @@ def import_hf(
     overwrite: bool = False,
     revision: str | None = None,
     progress: ProgressHook | None = None,
+    spelling: MegatronSpelling | None = None,
 ) -> ImportReport:
     """Write an HF checkpoint's BF16 weights under Megatron-Core names, with the contract's TE files.
 
@@ -200,6 +207,9 @@ def import_hf(
         overwrite: replace an existing destination.
         revision: Hub revision of ``source``.
         progress: called with progress events.
+        spelling: the Megatron-Core spelling to write (layer spec norms, MTP name of the version,
+            expert layout, MLA fusion: :class:`~fp4convert.families.MegatronSpelling`); None writes
+            the TE spec with ``expert_layout``.
 
     Returns:
         An :class:`ImportReport`.
@@ -219,6 +229,14 @@ def import_hf(
     started = time.perf_counter()
     hook: ProgressHook = progress or (lambda event, payload: None)
     layout = ExpertLayout(expert_layout)
+    if spelling is None:
+        spelling = MegatronSpelling(experts=layout)
+    elif layout is not ExpertLayout.GROUPED and layout is not spelling.experts:
+        raise ConversionError(
+            f"--expert-layout {layout.value} contradicts the spelling's {spelling.experts.value}",
+            hint="give the expert layout once",
+        )
+    layout = spelling.experts
     source_path = resolve_source(source, revision=revision)
     ckpt = open_checkpoint(source_path)
     inventory = inventory_from_checkpoint(source_path)
@@ -226,7 +244,7 @@ def import_hf(
         None if contract is None else contract if isinstance(contract, Contract) else load_contract(contract)
     )
     texts, notes = _precision_files(the_contract, inventory) if the_contract is not None else ({}, [])
-    targets = _targets(inventory, ckpt, layout)  # everything is decided before a byte is written
+    targets = _targets(inventory, ckpt, spelling)  # everything is decided before a byte is written
     staging = _staging(source_path, Path(destination), overwrite)
     hook("plan", {"tensors": len(targets), "bytes": sum(ckpt.entry(i.name).nbytes for i in inventory)})
     by_file: dict[str, list[_Target]] = {}
@@ -236,7 +254,7 @@ def import_hf(
     files: dict[str, SafetensorsFile] = {}
     try:
         for file_name, group in by_file.items():
-            sha.update(_write_shard(staging / file_name, group, ckpt, inventory, layout, files, hook))
+            sha.update(_write_shard(staging / file_name, group, ckpt, inventory, spelling, files, hook))
     finally:
         for handle in files.values():
             handle.close()
@@ -256,6 +274,11 @@ def import_hf(
             "producer": {"name": "fp4convert", "version": __version__},
             "family": inventory.family,
             "expert_layout": layout.value,
+            "spelling": {
+                "separate_norms": spelling.separate_norms,
+                "mtp_inner": spelling.mtp_inner.value,
+                "mla_down_proj_fusion": spelling.mla_down_proj_fusion,
+            },
             "source": {
                 "location": str(source),
                 "revision": revision,
