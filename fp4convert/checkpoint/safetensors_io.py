@@ -208,7 +208,9 @@ class StreamingWriter:
         raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
         self.sha256: dict[str, str] = {}
         self.nbytes = 8 + len(raw) + offset
-        self._file: BinaryIO = self.path.open("wb")
+        # A fresh file, never through a symlink left at this name (it could point into the source).
+        self.path.unlink(missing_ok=True)
+        self._file: BinaryIO = self.path.open("xb")
         self._file.write(struct.pack("<Q", len(raw)) + raw)
         self._next = 0
 

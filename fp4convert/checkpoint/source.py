@@ -2,6 +2,12 @@
 
 Only safetensors weights are ever read. Pickle-based weights (``*.bin``, ``*.pt``, ``*.pth``,
 ``*.ckpt``, ``*.pkl``) are refused when they are the only weights, and ignored otherwise.
+
+A source is untrusted input (a Hub repo can ship any index): shard names an index gives must be
+plain ``*.safetensors`` file names, and every file read must resolve (symlinks followed) inside
+the source folder, or inside the Hub cache's ``blobs/`` folder when the source is a Hub snapshot
+(whose files are symlinks to ``../../blobs/<hash>``). Output file names never come from here:
+:func:`output_shard_names` generates them.
 """
 
 from __future__ import annotations
@@ -14,7 +20,16 @@ from typing import Any
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.errors import CheckpointError
 
-__all__ = ["INDEX_NAME", "PICKLE_SUFFIXES", "SourceCheckpoint", "open_checkpoint"]
+__all__ = [
+    "INDEX_NAME",
+    "PICKLE_SUFFIXES",
+    "SourceCheckpoint",
+    "checked_file",
+    "open_checkpoint",
+    "output_shard_names",
+    "read_weight_map",
+    "shard_name_problem",
+]
 
 INDEX_NAME = "model.safetensors.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -40,6 +55,72 @@ class SourceCheckpoint:
         return self.shards[self.tensor_file[tensor]][tensor]
 
 
+_JSON_TYPES = {int: "number", float: "number", bool: "boolean", list: "array", dict: "object", type(None): "null"}
+
+
+def output_shard_names(count: int) -> list[str]:
+    """The names fp4convert gives ``count`` output shards: ``model.safetensors`` for one, else
+    ``model-00001-of-0000N.safetensors`` ... (never a name taken from the source).
+
+    Example:
+        >>> output_shard_names(1), output_shard_names(2)[1]
+        (['model.safetensors'], 'model-00002-of-00002.safetensors')
+    """
+    if count == 1:
+        return ["model.safetensors"]
+    return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
+
+
+def shard_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a plain safetensors file name (None when it is one).
+
+    Example:
+        >>> shard_name_problem("model-00001-of-00002.safetensors") is None
+        True
+        >>> shard_name_problem("../victim/evil.safetensors")
+        'is not a plain file name (it contains a path separator)'
+    """
+    if not isinstance(name, str):
+        return f"is a JSON {_JSON_TYPES.get(type(name), type(name).__name__)}, not a file name string"
+    if "\0" in name:
+        return "contains a NUL byte"
+    if "/" in name or "\\" in name:
+        return "is not a plain file name (it contains a path separator)"
+    if name in ("", ".", ".."):
+        return "is not a file name"
+    if not name.endswith(".safetensors"):
+        return "does not end with .safetensors"
+    return None
+
+
+def _allowed_roots(root: Path) -> tuple[Path, ...]:
+    """Where the files of ``root`` may resolve to: the folder, and for a Hub snapshot
+    (``.../snapshots/<commit>``) the cache's ``blobs/`` folder its symlinks point into."""
+    real = root.resolve()
+    blobs = real.parent.parent / "blobs"
+    if real.parent.name == "snapshots" and blobs.is_dir():
+        return real, blobs.resolve()
+    return (real,)
+
+
+def checked_file(root: Path, name: str, *, roots: tuple[Path, ...] | None = None) -> Path:
+    """``root / name`` after checking it resolves (symlinks followed) inside ``root`` (or the Hub
+    blobs folder of a snapshot); ``name`` must already be a plain file name.
+
+    Raises:
+        CheckpointError: the file resolves outside the source.
+    """
+    path = root / name
+    real = path.resolve()
+    if not any(real == r or r in real.parents for r in roots or _allowed_roots(root)):
+        raise CheckpointError(
+            f"{path} resolves to {real}, outside the source folder {root}",
+            hint="a checkpoint's files must live inside it (a symlink may point only into the Hub cache's blobs)",
+            file=name,
+        )
+    return path
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
@@ -50,12 +131,35 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def read_weight_map(index_path: Path) -> dict[str, str]:
+    """The ``weight_map`` of an index: tensor name -> plain shard file name.
+
+    Raises:
+        CheckpointError: no weight_map object, or a value that is not a plain ``*.safetensors``
+            file name (``../x.safetensors``, an absolute path, a number ...), naming the tensor.
+    """
+    weight_map = _read_json(index_path).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index_path} has no weight_map object", file=str(index_path))
+    for tensor, name in weight_map.items():
+        problem = shard_name_problem(name)
+        if problem is not None:
+            raise CheckpointError(
+                f"{INDEX_NAME} maps tensor {tensor!r} to {name!r}, which {problem}",
+                hint="an index may only name shard files of the checkpoint folder itself; re-download the checkpoint",
+                file=str(index_path),
+                tensor=tensor,
+            )
+    return weight_map
+
+
 def open_checkpoint(path: str | Path) -> SourceCheckpoint:
     """Open an HF checkpoint directory: read config.json and every shard header.
 
     Raises:
         CheckpointError: missing directory or config.json, pickle-only weights, an index naming a
-            missing file or tensor, or a tensor in two shards.
+            missing file or tensor or a name that is not a plain shard file name, a file that
+            resolves outside the source, or a tensor in two shards.
     """
     root = Path(path)
     if not root.is_dir():
@@ -74,12 +178,13 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
             hint=hint or "download the safetensors files",
             file=str(root),
         )
+    roots = _allowed_roots(root)
+    for name in files:  # everything that is read or copied must stay inside the source
+        checked_file(root, name, roots=roots)
     index_path = root / INDEX_NAME
     weight_map: dict[str, str] | None = None
     if index_path.is_file():
-        weight_map = _read_json(index_path).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index_path} has no weight_map", file=str(index_path))
+        weight_map = read_weight_map(index_path)
         shard_names = sorted(set(weight_map.values()))
     shards: dict[str, dict[str, TensorEntry]] = {}
     tensor_file: dict[str, str] = {}
@@ -90,7 +195,7 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
                 hint="re-download the checkpoint",
                 file=name,
             )
-        entries, _ = read_header(root / name)
+        entries, _ = read_header(checked_file(root, name, roots=roots))
         shards[name] = entries
         for tensor in entries:
             if tensor in tensor_file:

@@ -20,7 +20,7 @@ import torch
 
 from fp4convert import __version__
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
-from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint
+from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint, output_shard_names
 from fp4convert.convert.manifest import write_json_atomic
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
@@ -135,16 +135,18 @@ def dequantize_checkpoint(
         return files[ckpt.tensor_file[tensor]].read(tensor)
 
     weight_map: dict[str, str] = {}
+    # One output shard per source shard, in source order, under generated names (never the source's).
+    out_names = dict(zip(plans, output_shard_names(len(plans)), strict=True))
     try:
         for shard, outputs in plans.items():
-            tmp = staging / (shard + ".tmp")
+            tmp = staging / (out_names[shard] + ".tmp")
             metadata = {"format": "pt", "producer": f"fp4convert {__version__} dequantize"}
             writer = StreamingWriter(tmp, [(n, d, s) for n, d, s, _ in outputs], metadata=metadata)
             for name, _, _, how in outputs:
                 writer.write(name, read(name) if how is None else _decode(how, read, dtype))
-                weight_map[name] = shard
+                weight_map[name] = out_names[shard]
             writer.close()
-            tmp.rename(staging / shard)
+            tmp.rename(staging / out_names[shard])
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -154,8 +156,8 @@ def dequantize_checkpoint(
     config = {k: v for k, v in ckpt.config.items() if k != "quantization_config"}
     config["torch_dtype"] = str(dtype).removeprefix("torch.")
     write_json_atomic(staging / "config.json", config)
-    if list(ckpt.shards) != ["model.safetensors"]:
-        total = sum((staging / s).stat().st_size for s in ckpt.shards)
+    if len(out_names) > 1:
+        total = sum((staging / s).stat().st_size for s in out_names.values())
         write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
     for name in ckpt.other_files:
         if name != "fp4convert.json":

@@ -26,7 +26,8 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON under a temporary name, fsync, then rename over ``path``."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
+    tmp.unlink(missing_ok=True)  # a fresh file, never through a symlink left at this name
+    with tmp.open("x") as f:
         json.dump(data, f, indent=2, sort_keys=False)
         f.write("\n")
         f.flush()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp4convert.checkpoint.safetensors_io import tensor_nbytes
-from fp4convert.checkpoint.source import SourceCheckpoint
+from fp4convert.checkpoint.source import SourceCheckpoint, output_shard_names
 from fp4convert.contract import Contract
 from fp4convert.dialects import Dialect, OutputSpec, Planned
 from fp4convert.errors import ConversionError
@@ -61,24 +61,26 @@ class ConversionPlan:
         return sum(self.source.entry(i.info.name).nbytes for i in self.items)
 
 
-def _shard_names(count: int) -> list[str]:
-    return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
-
-
 def _assign_shards(items: list[PlannedTensor], max_shard_size: int | None) -> list[PlannedTensor]:
+    """Group items (in source order) into output shards and name them; names are generated, never
+    the source's (a crafted index could name ``../elsewhere.safetensors``)."""
     from dataclasses import replace
 
-    if max_shard_size is None:  # mirror the source's shards
-        return [replace(i, output_file=i.source_file) for i in items]
-    groups: list[list[PlannedTensor]] = [[]]
-    size = 0
-    for item in items:
-        if groups[-1] and size + item.output_bytes > max_shard_size:
-            groups.append([])
-            size = 0
-        groups[-1].append(item)
-        size += item.output_bytes
-    names = _shard_names(len(groups))
+    groups: list[list[PlannedTensor]] = []
+    if max_shard_size is None:  # one output shard per source shard, in the source's order
+        by_source: dict[str, list[PlannedTensor]] = {}
+        for item in items:
+            by_source.setdefault(item.source_file, []).append(item)
+        groups = list(by_source.values())
+    else:
+        size = 0
+        for item in items:
+            if not groups or (groups[-1] and size + item.output_bytes > max_shard_size):
+                groups.append([])
+                size = 0
+            groups[-1].append(item)
+            size += item.output_bytes
+    names = output_shard_names(len(groups))
     return [replace(i, output_file=names[n]) for n, group in enumerate(groups) for i in group]
 
 

@@ -6,7 +6,6 @@ and nothing is unpickled.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from safetensors import safe_open
@@ -39,21 +38,21 @@ TensorHeader = tuple[tuple[int, ...], str]
 
 
 def _shard_files(directory: Path) -> list[Path]:
-    index = directory / "model.safetensors.index.json"
+    # Names from an index are untrusted: plain shard names only, files inside the checkpoint.
+    from fp4convert.checkpoint.source import INDEX_NAME, checked_file, read_weight_map
+
+    index = directory / INDEX_NAME
     if index.exists():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index} has no readable weight_map: {exc}", file=str(index)) from exc
-        return [directory / name for name in dict.fromkeys(weight_map.values())]
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
+        names = list(dict.fromkeys(read_weight_map(index).values()))
+    else:
+        names = sorted(p.name for p in directory.glob("*.safetensors"))
+    if not names:
         raise CheckpointError(
             f"no *.safetensors files in {directory}",
             hint="pass a Hugging Face checkpoint directory (model.safetensors or an index plus shards)",
             file=str(directory),
         )
-    return files
+    return [checked_file(directory, name) for name in names]
 
 
 def read_checkpoint_headers(directory: str | Path) -> dict[str, TensorHeader]:

@@ -20,7 +20,7 @@ import torch
 
 from fp4convert.checkpoint.hashing import tensor_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
-from fp4convert.checkpoint.source import INDEX_NAME
+from fp4convert.checkpoint.source import INDEX_NAME, checked_file, shard_name_problem
 from fp4convert.convert.manifest import read_manifest
 from fp4convert.errors import CheckpointError
 
@@ -78,13 +78,17 @@ class VerifyReport:
 def _headers(directory: Path, files: set[str], report: VerifyReport) -> dict[str, tuple[str, TensorEntry]]:
     """tensor name -> (file, entry) over every shard; missing or unreadable files are findings."""
     found: dict[str, tuple[str, TensorEntry]] = {}
-    for name in sorted(files):
+    for name in sorted(files, key=str):
+        problem = shard_name_problem(name)
+        if problem is not None:  # a crafted manifest: never read outside the checkpoint
+            report.checks.append(TensorCheck(str(name), False, "file", f"the manifest names a file that {problem}"))
+            continue
         path = directory / name
         if not path.is_file():
             report.checks.append(TensorCheck(name, False, "file", "listed in the manifest but missing"))
             continue
         try:
-            entries, _ = read_header(path)
+            entries, _ = read_header(checked_file(directory, name))
         except CheckpointError as exc:
             report.checks.append(TensorCheck(name, False, "file", str(exc)))
             continue
