@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from fp4convert.version import __version__
 
 # Public name -> module that defines it. Imported lazily so `import fp4convert` stays cheap and
 # optional dependencies (pydantic for contracts, transformers in tests) load only when used.

@@ -18,13 +18,13 @@ from typing import Any
 
 import torch
 
-from fp4convert import __version__
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint, output_shard_names
 from fp4convert.convert.manifest import write_json_atomic
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.version import __version__
 
 __all__ = ["DequantizeReport", "dequantize_checkpoint"]
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from fp4convert import __version__
 from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
@@ -39,6 +38,7 @@ from fp4convert.dialects import get_dialect
 from fp4convert.errors import ConversionError
 from fp4convert.formats.mxfp8 import MXFP8Tensor, quantize_mxfp8
 from fp4convert.formats.nvfp4 import NVFP4Tensor, quantize_nvfp4
+from fp4convert.version import __version__
 
 __all__ = ["ConversionReport", "ProgressHook", "convert_checkpoint", "quantize_planned"]
 

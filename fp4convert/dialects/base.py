@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from fp4convert import __version__
 from fp4convert.contract import Contract, Decision
 from fp4convert.formats.mxfp8 import MXFP8Tensor
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK, NVFP4_GLOBAL_MAX
 from fp4convert.inventory import Role, TensorInfo
+from fp4convert.version import __version__
 
 __all__ = ["Dialect", "OutputSpec", "Planned", "exclude_list", "module_of", "producer"]
 

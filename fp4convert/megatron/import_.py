@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from fp4convert import __version__
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
 from fp4convert.contract import Contract, contract_hash, load_contract
@@ -36,6 +35,7 @@ from fp4convert.convert.manifest import file_sha256, write_json_atomic
 from fp4convert.errors import ConversionError
 from fp4convert.families import ExpertLayout, hf_to_megatron, inventory_from_checkpoint
 from fp4convert.inventory import ModelInventory, TensorInfo
+from fp4convert.version import __version__
 
 __all__ = ["MANIFEST_NAME", "PRECISION_FILES", "ImportReport", "import_hf"]
 
