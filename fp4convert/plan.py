@@ -25,12 +25,11 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from fp4convert.contract import Contract, Decision
 from fp4convert.contract.footprint import storage_bytes
 from fp4convert.errors import MappingError
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
+from fp4convert.inventory.dtypes import itemsize
 
 __all__ = ["Plan", "PlanRow", "PlannedTensor", "Totals", "build_plan", "human_bytes", "source_bytes"]
 
@@ -62,14 +61,14 @@ def source_bytes(tensor: TensorInfo) -> int:
         >>> source_bytes(TensorInfo("w", (4096, 1024), dtype="bfloat16"))
         8388608
     """
-    dtype = getattr(torch, tensor.dtype, None)
-    if not isinstance(dtype, torch.dtype):
+    size = itemsize(tensor.dtype)
+    if size is None:
         raise MappingError(
             f"tensor `{tensor.name}` has dtype {tensor.dtype!r}, which is not a torch dtype",
             hint="use torch dtype names such as bfloat16, float32, float8_e4m3fn",
             tensor=tensor.name,
         )
-    return tensor.numel * dtype.itemsize
+    return tensor.numel * size
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,11 @@ def load_model_inventory(path: str | os.PathLike[str]) -> ModelInventory:
     """
     file = Path(path)
     if file.is_dir():
-        return _from_families("inventory_from_checkpoint", file, "checkpoint directory")
+        if family_function("inventory_from_tensors") is None:
+            return _from_families("inventory_from_checkpoint", file, "checkpoint directory")
+        from fp4convert.checkpoint import inventory_from_checkpoint  # the one header reader
+
+        return inventory_from_checkpoint(file)
     if not file.exists():
         if family_function("inventory_from_config") is not None:
             return _from_families("inventory_from_config", file, "shipped config")  # e.g. "DeepSeek-V3"

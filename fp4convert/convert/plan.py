@@ -19,7 +19,6 @@ from fp4convert.checkpoint.source import SourceCheckpoint, output_shard_names
 from fp4convert.contract import Contract
 from fp4convert.dialects import Dialect, OutputSpec, Planned
 from fp4convert.errors import ConversionError
-from fp4convert.families import inventory_from_checkpoint
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.inventory import ModelInventory, Role
 
@@ -88,7 +87,7 @@ def build_plan(
     source: SourceCheckpoint, contract: Contract, dialect: Dialect, *, max_shard_size: int | None = None
 ) -> ConversionPlan:
     """Decide every tensor's format and output layout (reads headers only)."""
-    inventory = inventory_from_checkpoint(source.root)
+    inventory = source.inventory()
     decisions = contract.decide_all(inventory)
     items: list[PlannedTensor] = []
     for info in inventory:

@@ -16,10 +16,12 @@ from typing import Any, ClassVar
 import torch
 
 from fp4convert.contract import Contract, Decision
+from fp4convert.errors import ConversionError
 from fp4convert.formats.mxfp8 import MXFP8Tensor
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK, NVFP4_GLOBAL_MAX
 from fp4convert.inventory import Role, TensorInfo
+from fp4convert.inventory.dtypes import safetensors_code, torch_dtype
 from fp4convert.version import __version__
 
 __all__ = ["Dialect", "OutputSpec", "Planned", "exclude_list", "module_of", "producer"]
@@ -94,9 +96,7 @@ class Dialect(abc.ABC):
     def layout(self, item: Planned) -> list[OutputSpec]:
         """The output tensors for one source tensor, in write order."""
         if not item.quantized:
-            from fp4convert.checkpoint.safetensors_io import dtype_name
-
-            return [(item.info.name, dtype_name(_torch_dtype(item.info.dtype)), item.info.shape)]
+            return [(item.info.name, _safetensors_code(item.info.dtype), item.info.shape)]
         if item.decision.format not in self.formats or len(item.info.shape) != 2:
             return []  # unstorable here: validation refuses the plan before anything is written
         rows, cols = item.info.shape
@@ -162,11 +162,13 @@ class Dialect(abc.ABC):
         return {}
 
 
-def _torch_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown torch dtype name {name!r}")
-    return dtype
+def _safetensors_code(name: str) -> str:
+    """The safetensors code a tensor of torch dtype ``name`` is stored with."""
+    dtype = torch_dtype(name)
+    code = None if dtype is None else safetensors_code(dtype)
+    if code is None:
+        raise ConversionError(f"dtype {name!r} has no safetensors spelling", hint="cast the tensor first")
+    return code
 
 
 def calibrated_decode_scale(input_amax: float | None) -> torch.Tensor:

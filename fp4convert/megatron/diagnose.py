@@ -30,6 +30,7 @@ from fp4convert.convert.groups import group_input_amax, shared_amax
 from fp4convert.formats import profiles
 from fp4convert.formats.codecs import e2m1_decode, nan_ignoring_abs, pack_fp4, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.inventory.dtypes import itemsize
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.plan import ExportItem, ExportPlan, fused_members_phrase
 from fp4convert.megatron.report import ExportReport, Finding
@@ -131,7 +132,7 @@ class Context:
                 f"{list(item.info.shape)} (pass tensor-parallel-gathered tensors)",
             )
             return None
-        self.master_bytes += item.info.numel * _torch_dtype(dtype).itemsize
+        self.master_bytes += item.info.numel * (itemsize(dtype) or 2)  # unknown dtypes count as 16-bit
         return list(item.outputs) if item.quantized else [(name, dtype, piece_shape)]
 
     def _master_problem(self, item: ExportItem, problem: str) -> None:
@@ -194,10 +195,6 @@ def core_outputs(item: ExportItem) -> list[str]:
     return [name for name, _, _ in item.outputs[:count]]
 
 
-def _torch_dtype(name: str) -> torch.dtype:
-    from fp4convert.checkpoint.safetensors_io import DTYPES
-
-    return DTYPES.get(name, torch.bfloat16)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -33,8 +33,9 @@ from fp4convert.contract.emit import emit
 from fp4convert.convert.execute import _publish
 from fp4convert.convert.manifest import file_sha256, write_json_atomic
 from fp4convert.errors import ConversionError
-from fp4convert.families import ExpertLayout, hf_to_megatron, inventory_from_checkpoint
+from fp4convert.families import ExpertLayout, hf_to_megatron
 from fp4convert.inventory import ModelInventory, TensorInfo
+from fp4convert.inventory.dtypes import torch_dtype
 from fp4convert.version import __version__
 
 __all__ = ["MANIFEST_NAME", "PRECISION_FILES", "ImportReport", "import_hf"]
@@ -97,7 +98,7 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: Expert
     targets = sorted(groups.values(), key=position)
     for target in targets:
         meta = {
-            i.name: torch.empty(i.shape, dtype=getattr(torch, i.dtype), device="meta")
+            i.name: torch.empty(i.shape, dtype=torch_dtype(i.dtype), device="meta")
             for i in target.members
             if not _is_shared_copy(i)
         }
@@ -221,7 +222,7 @@ def import_hf(
     layout = ExpertLayout(expert_layout)
     source_path = resolve_source(source, revision=revision)
     ckpt = open_checkpoint(source_path)
-    inventory = inventory_from_checkpoint(source_path)
+    inventory = ckpt.inventory()
     the_contract = (
         None if contract is None else contract if isinstance(contract, Contract) else load_contract(contract)
     )

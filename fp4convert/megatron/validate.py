@@ -29,11 +29,12 @@ from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.safetensors_io import DTYPES, dtype_name
+from fp4convert.checkpoint.safetensors_io import dtype_name
 from fp4convert.dialects import OutputSpec
 from fp4convert.errors import ConversionError
 from fp4convert.formats import kernels
 from fp4convert.formats.nvfp4 import NVFP4Tensor, _tile_amax
+from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.diagnose import Context
 from fp4convert.megatron.plan import ContractLike, DialectLike, ExportItem, export_plan
@@ -175,7 +176,7 @@ class ExportValidator:
             if found is not None:
                 outputs[item.info.name] = found
         checks = [
-            (name, DTYPES[dtype], tuple(shape), item)
+            (name, SAFETENSORS_DTYPES[dtype], tuple(shape), item)
             for item in self.items
             for name, dtype, shape in outputs.get(item.info.name, ())
         ]
