@@ -20,7 +20,7 @@ import torch
 
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint, output_shard_names
-from fp4convert.convert.manifest import write_json_atomic
+from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
@@ -109,8 +109,6 @@ def dequantize_checkpoint(
         ConversionError: nothing to dequantize, or the destination exists (without ``overwrite``)
             or overlaps the source.
     """
-    from fp4convert.convert.execute import _check_destination, _publish
-
     ckpt = open_checkpoint(source)
     method = (ckpt.config.get("quantization_config") or {}).get("quant_method")
     if method not in _DIALECT_NAMES:
@@ -124,7 +122,7 @@ def dequantize_checkpoint(
     if not kinds:
         raise ConversionError(f"{source}: no quantized module was found", hint="nothing to dequantize")
     destination = Path(destination)
-    staging = _check_destination(Path(source), destination, overwrite, resume=False)
+    staging = prepare_staging(Path(source), destination, overwrite=overwrite, resumable=False)
     files = {name: SafetensorsFile(ckpt.root / name) for name in ckpt.shards}
 
     def read(tensor: str) -> torch.Tensor:
@@ -162,6 +160,6 @@ def dequantize_checkpoint(
     for name in ckpt.other_files:
         if name != "fp4convert.json":
             shutil.copy2(ckpt.root / name, staging / name)
-    _publish(staging, destination)
+    publish(staging, destination)
     copied = sum(out[3] is None for outputs in plans.values() for out in outputs)
     return DequantizeReport(str(destination), kinds.count("nvfp4"), kinds.count("mxfp8"), copied)

@@ -11,28 +11,24 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
+from fp4convert.checkpoint.manifest import MANIFEST
+from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter
-from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
+from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint
+from fp4convert.checkpoint.staging import Journal, prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.convert.groups import group_input_amax, member_amax
-from fp4convert.convert.manifest import (
-    JOURNAL,
-    MANIFEST,
-    MANIFEST_VERSION,
-    write_json_atomic,
-)
+from fp4convert.convert.manifest import build_manifest
 from fp4convert.convert.plan import ConversionPlan, PlannedTensor, build_plan, load_calibration, validate_plan
 from fp4convert.dialects import get_dialect
 from fp4convert.errors import ConversionError
@@ -77,71 +73,6 @@ def quantize_planned(
     return quantize_nvfp4(x, tile=tile, amax=None if amax is None else amax.to(device), profile=profile)  # type: ignore[arg-type]
 
 
-class _Reader:
-    """Reads source tensors (one fd per shard, no mmap), hashing each shard front to back.
-
-    A tensor read right after its predecessor in the file extends that file's sha256; any other
-    read order marks the file for a separate hashing pass at the end. Reads are submitted in file
-    order, so the separate pass only happens for siblings that sit far apart. Hashing runs on its
-    own thread (sha256 is the costliest step after quantizing), at most a few tensors behind.
-    """
-
-    _HASH_BACKLOG = 4
-
-    def __init__(self, source: SourceCheckpoint) -> None:
-        self.source = source
-        self.files: dict[str, SafetensorsFile] = {}
-        self.hashers: dict[str, Any] = {}
-        self.next_offset: dict[str, int] = {}
-        self.broken: set[str] = set()  # shards not hashed in one sequential sweep
-        self.lock = threading.Lock()
-        self.hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
-        self.backlog: list[Future[None]] = []
-
-    def _file(self, shard: str) -> SafetensorsFile:
-        with self.lock:
-            if shard not in self.files:
-                self.files[shard] = self.source.open(shard)
-                entries = self.source.shards[shard]
-                first = min((e.start for e in entries.values()), default=0)
-                with (self.source.root / shard).open("rb") as f:
-                    self.hashers[shard] = hashlib.sha256(f.read(first))  # length prefix + JSON header
-                self.next_offset[shard] = first
-            return self.files[shard]
-
-    def read(self, name: str) -> torch.Tensor:
-        shard = self.source.tensor_file[name]
-        tensor = self._file(shard).read(name)
-        entry = self.source.shards[shard][name]
-        with self.lock:  # queue hash updates in file order (the pool runs them in that order)
-            if shard not in self.broken and entry.start == self.next_offset[shard]:
-                data = tensor.reshape(-1).view(torch.uint8).numpy()
-                self.backlog.append(self.hash_pool.submit(self.hashers[shard].update, data))
-                self.next_offset[shard] = entry.end
-            else:
-                self.broken.add(shard)
-            while len(self.backlog) > self._HASH_BACKLOG or (self.backlog and self.backlog[0].done()):
-                self.backlog.pop(0).result()
-        return tensor
-
-    def shard_hashes(self) -> dict[str, str]:
-        for pending in self.backlog:
-            pending.result()
-        out = {}
-        for shard in self.source.shards:
-            size = (self.source.root / shard).stat().st_size
-            if shard in self.broken or self.next_offset.get(shard) != size:
-                out[shard] = file_sha256(self.source.root / shard)  # fall back to a separate pass
-            else:
-                out[shard] = self.hashers[shard].hexdigest()
-        return out
-
-    def close(self) -> None:
-        self.hash_pool.shutdown(wait=True)
-        for f in self.files.values():
-            f.close()
-
-
 class _GroupAmax:
     """One outer amax per shared-scale group: the max over its members (read once, kept briefly)."""
 
@@ -180,32 +111,6 @@ def _input_amax(item: PlannedTensor, plan: ConversionPlan, calibration: Mapping[
     return group_input_amax(plan.groups.get(item.decision.fused_group or "", [item.info.name]), calibration)
 
 
-def _check_destination(source: Path, destination: Path, overwrite: bool, resume: bool) -> Path:
-    src, dst = source.resolve(), destination.resolve()
-    if dst == src or src in dst.parents or dst in src.parents:
-        raise ConversionError(
-            f"destination {destination} overlaps the source {source}",
-            hint="write the converted checkpoint to a separate folder; the source is never modified",
-        )
-    if destination.exists() and not overwrite:
-        raise ConversionError(
-            f"destination {destination} already exists",
-            hint="pass --overwrite to replace it, or choose another folder",
-            file=str(destination),
-        )
-    staging = destination.with_name(destination.name + ".partial")
-    if staging.exists() and not resume:
-        if not overwrite:
-            raise ConversionError(
-                f"{staging} holds an interrupted conversion",
-                hint="pass --resume to continue it, or --overwrite to start over",
-                file=str(staging),
-            )
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True, exist_ok=True)
-    return staging
-
-
 def _fingerprint(plan: ConversionPlan, options: Mapping[str, Any]) -> str:
     """Identifies what a resumed run must match: contract, dialect, options and source headers."""
     h = hashlib.sha256()
@@ -221,7 +126,7 @@ def _write_shard(
     path: Path,
     items: list[PlannedTensor],
     plan: ConversionPlan,
-    reader: _Reader,
+    reader: SourceReader,
     amaxes: _GroupAmax,
     *,
     device: str,
@@ -305,64 +210,6 @@ def _tensor_hashes(path: Path, *, sync: bool = False) -> dict[str, str]:
         return {name: tensor_sha256(f.read_bytes(name)) for name in f.entries}
 
 
-def _manifest(
-    plan: ConversionPlan,
-    sha: Mapping[str, str],
-    source_hashes: Mapping[str, str],
-    *,
-    location: str,
-    revision: str | None,
-    hub_commit: str | None,
-    device: str,
-    calibration_path: str | None,
-) -> dict[str, Any]:
-    tensors: dict[str, Any] = {}
-    formats: dict[str, int] = {}
-    for item in plan.items:
-        fmt = item.decision.format if item.quantized else "bf16"
-        formats[fmt] = formats.get(fmt, 0) + 1
-        tensors[item.info.name] = {
-            "format": fmt,
-            "rule": item.decision.rule,
-            "reason": item.decision.reason,
-            "role": item.info.role.value,
-            "layer": item.info.layer,
-            "fused_group": item.decision.fused_group,
-            "source_dtype": item.info.dtype,
-            "shape": list(item.info.shape),
-            "outputs": {
-                name: {"file": item.output_file, "dtype": dtype, "shape": list(shape), "sha256": sha[name]}
-                for name, dtype, shape in item.outputs
-            },
-        }
-    nvfp4 = plan.contract.formats.nvfp4
-    uses_nvfp4 = formats.get("nvfp4", 0) > 0
-    activation = "none" if not uses_nvfp4 else ("per-token" if nvfp4.per_token_activations else "calibrated")
-    return {
-        "manifest_version": MANIFEST_VERSION,
-        "producer": {"name": "fp4convert", "version": __version__, "torch": torch.__version__},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "dialect": plan.dialect.name,
-        "quantizer_profile": plan.contract.quantizer,
-        "device": device,
-        "activation_mode": activation,
-        "contract_sha256": contract_hash(plan.contract),
-        "contract": plan.contract.canonical_dict(),
-        "source": {
-            "location": location,
-            # Set only when the source came from the Hub: the repo id and the commit actually used.
-            "repo_id": location if hub_commit else None,
-            "commit": hub_commit,
-            "revision": revision,
-            "family": plan.inventory.family,
-            "files": dict(source_hashes),
-            "calibration": calibration_path,
-        },
-        "formats": formats,
-        "tensors": tensors,
-    }
-
-
 def _finalize(staging: Path, plan: ConversionPlan, manifest: dict[str, Any]) -> int:
     source = plan.source
     config = dict(source.config)
@@ -379,16 +226,6 @@ def _finalize(staging: Path, plan: ConversionPlan, manifest: dict[str, Any]) -> 
         shutil.copy2(source.root / name, staging / name)
     write_json_atomic(staging / MANIFEST, manifest)  # last: its presence marks a finished output
     return total
-
-
-def _publish(staging: Path, destination: Path) -> None:
-    if destination.exists():
-        trash = destination.with_name(f"{destination.name}.old-{os.getpid()}")
-        os.replace(destination, trash)
-        os.replace(staging, destination)
-        shutil.rmtree(trash)
-    else:
-        os.replace(staging, destination)
 
 
 def convert_checkpoint(
@@ -449,27 +286,15 @@ def convert_checkpoint(
     calib = load_calibration(calibration) if calibration is not None else None
     validate_plan(plan, calib)
     destination = Path(destination)
-    staging = _check_destination(source_path, destination, overwrite, resume)
+    staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
 
     options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
     fingerprint = _fingerprint(plan, options)
-    journal_path = staging / JOURNAL
-    journal: dict[str, Any] = {"fingerprint": fingerprint, "files": {}}
-    if resume and journal_path.is_file():
-        import json
-
-        previous = json.loads(journal_path.read_text())
-        if previous.get("fingerprint") != fingerprint:
-            raise ConversionError(
-                f"{staging} was started with another contract, dialect, options or source",
-                hint="pass --overwrite to start over",
-            )
-        journal = previous
-    write_json_atomic(journal_path, journal)  # from the first byte on, the run is identifiable
+    journal = Journal(staging, fingerprint, resume=resume)  # from the first byte on, the run is identifiable
 
     by_file = plan.by_output_file()
     hook("plan", {"files": len(by_file), "tensors": len(plan.items), "bytes": plan.source_bytes})
-    reader = _Reader(ckpt)
+    reader = SourceReader(ckpt)
     amaxes = _GroupAmax(plan, reader.read)
     sha: dict[str, str] = {}
     resumed: list[str] = []
@@ -479,10 +304,10 @@ def convert_checkpoint(
     read_back: list[Future[dict[str, str]]] = []
     try:
         for file_name, items in by_file.items():
-            done = journal["files"].get(file_name)
+            done = journal.finished(file_name)
             path = staging / file_name
-            if done and path.is_file() and _tensor_hashes(path) == done["tensors"]:
-                sha.update(done["tensors"])
+            if done and path.is_file() and _tensor_hashes(path) == done:
+                sha.update(done)
                 resumed.append(file_name)
                 hook(
                     "shard",
@@ -497,8 +322,7 @@ def convert_checkpoint(
             tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device, calibration=calib, hook=hook)
             read_back.append(read_back_pool.submit(_tensor_hashes, path, sync=True))
             sha.update(tensor_sha)
-            journal["files"][file_name] = {"tensors": tensor_sha}
-            write_json_atomic(journal_path, journal)
+            journal.record(file_name, tensor_sha)
         source_hashes = reader.shard_hashes()
         digests = {name: digest for future in read_back for name, digest in future.result().items()}
     finally:
@@ -508,7 +332,7 @@ def convert_checkpoint(
         source_hashes[name] = file_sha256(ckpt.root / name)
     # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
     hub_commit = None if Path(str(source)).is_dir() else source_path.name
-    manifest = _manifest(
+    manifest = build_manifest(
         plan,
         sha,
         source_hashes,
@@ -525,10 +349,11 @@ def convert_checkpoint(
     if not report.ok:
         raise ConversionError(
             f"the written output failed verification: {report.summary()}",
-            hint=f"the unfinished output stays in {staging}; check the disk and run again with --overwrite",
+            hint=f"the unfinished output stays in {staging}; check the disk and run again with overwrite=True "
+            "(--overwrite)",
         )
-    journal_path.unlink(missing_ok=True)
-    _publish(staging, destination)
+    journal.remove()
+    publish(staging, destination)
     hook("done", {})
     return ConversionReport(
         destination=str(destination),

@@ -195,8 +195,6 @@ def core_outputs(item: ExportItem) -> list[str]:
     return [name for name, _, _ in item.outputs[:count]]
 
 
-
-
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(
         a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)

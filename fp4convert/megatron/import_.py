@@ -26,13 +26,12 @@ from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
+from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.contract.emit import emit
-from fp4convert.convert.execute import _publish
-from fp4convert.convert.manifest import file_sha256, write_json_atomic
-from fp4convert.errors import ConversionError
 from fp4convert.families import ExpertLayout, hf_to_megatron
 from fp4convert.inventory import ModelInventory, TensorInfo
 from fp4convert.inventory.dtypes import torch_dtype
@@ -113,23 +112,6 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: Expert
     for target in targets:
         target.file = names[target.file]
     return targets
-
-
-def _staging(source: Path, destination: Path, overwrite: bool) -> Path:
-    """``DST.partial/``, empty; refuses a destination that overlaps the source or exists."""
-    src, dst = source.resolve(), destination.resolve()
-    if dst == src or src in dst.parents or dst in src.parents:
-        raise ConversionError(
-            f"destination {destination} overlaps the source {source}",
-            hint="write the Megatron checkpoint to a separate folder",
-        )
-    staging = destination.with_name(destination.name + ".partial")
-    for path in (destination, staging):
-        if path.exists() and not overwrite:
-            raise ConversionError(f"{path} already exists", hint="pass --overwrite to replace it", file=str(path))
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    return staging
 
 
 def _precision_files(contract: Contract, inventory: ModelInventory) -> tuple[dict[str, str], list[str]]:
@@ -228,7 +210,7 @@ def import_hf(
     )
     texts, notes = _precision_files(the_contract, inventory) if the_contract is not None else ({}, [])
     targets = _targets(inventory, ckpt, layout)  # everything is decided before a byte is written
-    staging = _staging(source_path, Path(destination), overwrite)
+    staging = prepare_staging(source_path, Path(destination), overwrite=overwrite, resumable=False)
     hook("plan", {"tensors": len(targets), "bytes": sum(ckpt.entry(i.name).nbytes for i in inventory)})
     by_file: dict[str, list[_Target]] = {}
     for target in targets:
@@ -278,7 +260,7 @@ def import_hf(
             },
         },
     )
-    _publish(staging, Path(destination))
+    publish(staging, Path(destination))
     hook("done", {})
     return ImportReport(
         destination=str(destination),

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from fp4convert import __version__
+from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.manifest import MANIFEST, read_manifest
 from fp4convert.checkpoint.source import PICKLE_SUFFIXES
-from fp4convert.convert.manifest import MANIFEST, file_sha256, read_manifest
 from fp4convert.errors import Fp4ConvertError, HubError
 from fp4convert.hub import _http_cause, hub_endpoint, hub_error, is_repo_id, redact
 from fp4convert.plan import human_bytes

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.hashing import tensor_sha256
+from fp4convert.checkpoint.manifest import read_manifest
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.checkpoint.source import INDEX_NAME, checked_file, shard_name_problem
-from fp4convert.convert.manifest import read_manifest
 from fp4convert.errors import CheckpointError
 
 __all__ = ["TensorCheck", "VerifyReport", "verify_checkpoint"]
@@ -303,7 +303,8 @@ def _compare_with_source(
 ) -> None:
     from fp4convert.checkpoint.source import open_checkpoint
     from fp4convert.contract import parse_contract
-    from fp4convert.convert.execute import _GroupAmax, _input_amax, _Reader, quantize_planned
+    from fp4convert.checkpoint.reader import SourceReader
+    from fp4convert.convert.execute import _GroupAmax, _input_amax, quantize_planned
     from fp4convert.convert.plan import build_plan, load_calibration
     from fp4convert.dialects import get_dialect
     from fp4convert.hub import resolve_source
@@ -314,7 +315,7 @@ def _compare_with_source(
     plan = build_plan(ckpt, contract, dialect)
     calib_path = manifest["source"].get("calibration")
     calibration = load_calibration(calib_path) if calib_path and Path(calib_path).is_file() else None
-    reader = _Reader(ckpt)
+    reader = SourceReader(ckpt)
     amaxes = _GroupAmax(plan, reader.read)
     report.compared_with_source = True
     try:

@@ -132,7 +132,7 @@ def test_source_is_never_modified(tiny_checkpoint, tmp_path):
 def test_existing_destination_and_overlap_are_refused(tiny_checkpoint, tmp_path):
     src = tiny_checkpoint("qwen3_moe")
     (tmp_path / "taken").mkdir()
-    with pytest.raises(ConversionError, match=r"already exists; pass --overwrite"):
+    with pytest.raises(ConversionError, match=r"already exists; pass overwrite=True \(--overwrite\) to replace it"):
         convert_checkpoint(src, tmp_path / "taken", contract=NVFP4_EXPERTS)
     with pytest.raises(ConversionError, match=r"overlaps the source"):
         convert_checkpoint(src, src / "inside", contract=NVFP4_EXPERTS)
@@ -161,7 +161,7 @@ def test_interrupted_run_leaves_nothing_that_looks_complete_and_resumes(tiny_che
     partial = tmp_path / "out.partial"
     assert not (partial / "fp4convert.json").exists() and not (partial / "config.json").exists()
     assert not list(partial.glob("*.tmp"))  # the shard being written was removed
-    with pytest.raises(ConversionError, match=r"holds an interrupted conversion; pass --resume"):
+    with pytest.raises(ConversionError, match=r"holds an interrupted conversion; pass resume=True \(--resume\) to continue it"):
         convert_checkpoint(src, dst, contract=NVFP4_EXPERTS)
     report = convert_checkpoint(src, dst, contract=NVFP4_EXPERTS, resume=True)
     assert report.resumed_files  # finished shards were kept
