@@ -73,6 +73,8 @@ _INPUTS = {
 
 class CompressedTensorsDialect(Dialect):
     name: ClassVar[str] = "compressed-tensors"
+    quant_method: ClassVar[str] = "compressed-tensors"
+    stores_encode_scale: ClassVar[bool] = True
     formats: ClassVar[frozenset[str]] = frozenset({"nvfp4", "mxfp8"})
     suffixes: ClassVar[dict[str, dict[str, str]]] = {
         "nvfp4": {
@@ -116,7 +118,7 @@ class CompressedTensorsDialect(Dialect):
             }
         top_format = _FORMAT[next(iter(by_format))] if len(by_format) == 1 else "mixed-precision"
         config: dict[str, Any] = {
-            "quant_method": "compressed-tensors",
+            "quant_method": self.quant_method,
             "format": top_format,
             "quantization_status": "compressed",
             "config_groups": groups,

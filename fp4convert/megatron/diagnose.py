@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from fp4convert.convert.groups import group_input_amax, shared_amax
+from fp4convert.dialects import stored_format
 from fp4convert.formats import profiles
 from fp4convert.formats.codecs import e2m1_decode, nan_ignoring_abs, pack_fp4, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
@@ -220,12 +221,6 @@ def _ulps(actual: torch.Tensor, expected: torch.Tensor) -> int:
     return a - e
 
 
-def _decode_factor(plan: ExportPlan, glob: torch.Tensor) -> torch.Tensor:
-    # ModelOpt stores the decode scale; compressed-tensors its reciprocal, the encode scale.
-    g = glob.float().reshape(())
-    return 1.0 / g if plan.dialect.name == "compressed-tensors" else g
-
-
 def _block_values(
     plan: ExportPlan, item: ExportItem, outputs: Mapping[str, torch.Tensor], row: int, block: int
 ) -> torch.Tensor:
@@ -233,7 +228,7 @@ def _block_values(
     if item.decision.format == "nvfp4":
         data = outputs[names[0]][row, block * 8 : block * 8 + 8]
         sf = outputs[names[1]].view(torch.uint8)[row, block].view(torch.float8_e4m3fn).float()
-        return e2m1_decode(unpack_fp4(data)) * sf * _decode_factor(plan, outputs[names[2]])
+        return e2m1_decode(unpack_fp4(data)) * sf * plan.dialect.decode_scale(outputs[names[2]])
     data = outputs[names[0]].view(torch.uint8)[row, block * MXFP8_BLOCK : (block + 1) * MXFP8_BLOCK]
     exponent = outputs[names[1]][row, block].int() - 127
     return data.view(torch.float8_e4m3fn).float() * torch.ldexp(torch.ones(()), exponent)
@@ -294,7 +289,7 @@ def _with_global(ctx: Context, item: ExportItem, glob: torch.Tensor) -> dict[str
     profile = ctx.plan.profile
     outer = profiles.outer_scales(amax, profile)  # type: ignore[arg-type]
     g = glob.float().cpu().reshape(1, 1)
-    if ctx.plan.dialect.name == "compressed-tensors" and profile != "modelopt":  # global = S_enc
+    if ctx.plan.dialect.stores_encode_scale and profile != "modelopt":  # global = S_enc
         mult = g * torch.div(torch.ones(()), torch.tensor(6.0)) if profile == "te" else g
         outer = replace(outer, s_enc=g, s_dec=torch.div(torch.ones(()), g), mult=mult)
     else:  # global = the decode scale the blocks are encoded with
@@ -489,13 +484,8 @@ def _input_scale_finding(ctx: Context, item: ExportItem) -> None:
 
 
 def _found_format(ctx: Context, module: str) -> str:
-    kinds = {name.rsplit(".", 1)[1]: tensor_meta(ctx.exported, name)[0] for name in ctx.module_outputs(module)}
-    weight = kinds.get("weight")
-    if "weight_packed" in kinds or weight == "U8":
-        return "nvfp4"
-    if weight in ("F8_E4M3", "F8_E5M2"):
-        return "mxfp8"
-    return "absent" if weight is None else "bf16"
+    leaves = {name.rsplit(".", 1)[1]: tensor_meta(ctx.exported, name)[0] for name in ctx.module_outputs(module)}
+    return stored_format(leaves)
 
 
 def _structure_cause(ctx: Context, item: ExportItem) -> str:
