@@ -16,7 +16,7 @@ import torch
 
 from fp4convert.checkpoint.manifest import MANIFEST, MANIFEST_VERSION
 from fp4convert.contract import contract_hash
-from fp4convert.convert.plan import ConversionPlan
+from fp4convert.plan import ConversionPlan
 from fp4convert.version import __version__
 
 __all__ = ["MANIFEST", "build_manifest"]

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from fp4convert.megatron.export import export_hf
 from fp4convert.megatron.import_ import ImportReport, import_hf
-from fp4convert.megatron.plan import ExportItem, ExportPlan, export_plan
+from fp4convert.megatron.plan import ExportPlan, export_plan
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.sources import SafetensorsFolder
 from fp4convert.megatron.validate import ExportValidator, validate_export, validate_export_files
 
 __all__ = [
-    "ExportItem",
     "ExportPlan",
     "ExportReport",
     "ExportValidator",

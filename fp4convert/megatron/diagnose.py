@@ -26,16 +26,16 @@ from typing import Any
 
 import torch
 
-from fp4convert.convert.groups import group_input_amax, shared_amax
 from fp4convert.dialects import stored_format
 from fp4convert.formats import profiles
 from fp4convert.formats.codecs import e2m1_decode, nan_ignoring_abs, pack_fp4, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.inventory.dtypes import itemsize
 from fp4convert.megatron.encode import encode_group
-from fp4convert.megatron.plan import ExportItem, ExportPlan, fused_members_phrase
+from fp4convert.megatron.plan import ExportPlan, fused_members_phrase
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.sources import PieceSource, tensor_meta
+from fp4convert.plan import PlannedTensor, group_input_amax, shared_amax
 
 __all__ = ["Context", "explain"]
 
@@ -60,8 +60,8 @@ class Context:
     ep_rank: int
     ep_size: int
     rows_on: dict[tuple[str, str], torch.Tensor]
-    expected_names: dict[str, ExportItem] = field(default_factory=dict)
-    structure_failed: list[ExportItem] = field(default_factory=list)
+    expected_names: dict[str, PlannedTensor] = field(default_factory=dict)
+    structure_failed: list[PlannedTensor] = field(default_factory=list)
     extras: list[str] = field(default_factory=list)
     master_bytes: int = 0
     _chunk: dict[str, torch.Tensor] | None = None
@@ -95,7 +95,7 @@ class Context:
             self._chunk[key] = tensor
         return tensor
 
-    def master_piece(self, item: ExportItem | str) -> torch.Tensor:
+    def master_piece(self, item: PlannedTensor | str) -> torch.Tensor:
         """The HF tensor's BF16 values from the master, on the validation device."""
         name = item if isinstance(item, str) else item.info.name
         source = self.sources[name]
@@ -107,7 +107,7 @@ class Context:
             return tensor.index_select(0, self.rows_on[key])
         return source.take(tensor)
 
-    def expected_outputs(self, item: ExportItem) -> list[tuple[str, str, tuple[int, ...]]] | None:
+    def expected_outputs(self, item: PlannedTensor) -> list[tuple[str, str, tuple[int, ...]]] | None:
         """The tensors the export must hold for ``item`` (BF16 ones take the master's dtype);
         None, with a finding, when the master cannot provide it."""
         name = item.info.name
@@ -136,7 +136,7 @@ class Context:
         self.master_bytes += item.info.numel * (itemsize(dtype) or 2)  # unknown dtypes count as 16-bit
         return list(item.outputs) if item.quantized else [(name, dtype, piece_shape)]
 
-    def _master_problem(self, item: ExportItem, problem: str) -> None:
+    def _master_problem(self, item: PlannedTensor, problem: str) -> None:
         for out, _, _ in item.outputs:
             self.add(Finding(out, "master", problem))
 
@@ -160,7 +160,7 @@ class Context:
         """Every module the export holds tensors of."""
         return list(self._modules())
 
-    def bf16_mismatch(self, item: ExportItem) -> torch.Tensor:
+    def bf16_mismatch(self, item: PlannedTensor) -> torch.Tensor:
         """A device bool: does the exported BF16 tensor differ from the master's bytes?"""
         expected = self.master_piece(item).contiguous().reshape(-1).view(torch.uint8)
         actual = self.exported_tensor(item.info.name).contiguous().reshape(-1).view(torch.uint8)
@@ -171,7 +171,7 @@ class Context:
     # -- references -----------------------------------------------------------------------------------
 
     def reference(
-        self, item: ExportItem, *, profile: str | None = None, shared: bool = True
+        self, item: PlannedTensor, *, profile: str | None = None, shared: bool = True
     ) -> dict[str, torch.Tensor]:
         """The core outputs (data, scales, global) ``item`` should have, or would have if exported the
         faulty way, on the CPU. Input scales are checked on their own."""
@@ -185,12 +185,12 @@ class Context:
             self._references[key] = {n: t.cpu() for n, t in encoded}
         return {name: self._references[key][name] for name in core_outputs(item)}
 
-    def actual(self, item: ExportItem) -> dict[str, torch.Tensor]:
+    def actual(self, item: PlannedTensor) -> dict[str, torch.Tensor]:
         """The core outputs the export holds for ``item``, on the CPU."""
         return {name: self.exported[name].cpu() for name in core_outputs(item) if name in self.exported}
 
 
-def core_outputs(item: ExportItem) -> list[str]:
+def core_outputs(item: PlannedTensor) -> list[str]:
     """Output names byte checks cover: data, block scales and global scale (not the input scale)."""
     count = {"nvfp4": 3, "mxfp8": 2}.get(item.decision.format, 1) if item.quantized else 1
     return [name for name, _, _ in item.outputs[:count]]
@@ -222,7 +222,7 @@ def _ulps(actual: torch.Tensor, expected: torch.Tensor) -> int:
 
 
 def _block_values(
-    plan: ExportPlan, item: ExportItem, outputs: Mapping[str, torch.Tensor], row: int, block: int
+    plan: ExportPlan, item: PlannedTensor, outputs: Mapping[str, torch.Tensor], row: int, block: int
 ) -> torch.Tensor:
     names = [name for name, _, _ in item.outputs]
     if item.decision.format == "nvfp4":
@@ -234,7 +234,7 @@ def _block_values(
     return data.view(torch.float8_e4m3fn).float() * torch.ldexp(torch.ones(()), exponent)
 
 
-def _where(item: ExportItem, role: int, flat: int, width: int) -> tuple[int, int]:
+def _where(item: PlannedTensor, role: int, flat: int, width: int) -> tuple[int, int]:
     """(row, block) of flat byte ``flat`` of output ``role`` (0 data, 1 scale) of ``width`` bytes a row."""
     row, col = divmod(flat, width)
     if role == 1:
@@ -244,7 +244,7 @@ def _where(item: ExportItem, role: int, flat: int, width: int) -> tuple[int, int
 
 
 def difference(
-    ctx: Context, item: ExportItem, actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]
+    ctx: Context, item: PlannedTensor, actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]
 ) -> tuple[str, str] | None:
     """``(tensor, detail)`` of the first output that differs, with its first differing block; None if equal."""
     for role, (name, tensor) in enumerate(expected.items()):
@@ -281,7 +281,7 @@ def difference(
 # -- hypotheses ---------------------------------------------------------------------------------------
 
 
-def _with_global(ctx: Context, item: ExportItem, glob: torch.Tensor) -> dict[str, torch.Tensor]:
+def _with_global(ctx: Context, item: PlannedTensor, glob: torch.Tensor) -> dict[str, torch.Tensor]:
     """The item quantized with the contract's amax but the exporter's global scale imposed (what an
     approximate reciprocal gives when the exporter also encodes with its scale)."""
     members = [ctx.plan.item(m) for m in ctx.plan.members(item)]
@@ -313,7 +313,7 @@ def _with_global(ctx: Context, item: ExportItem, glob: torch.Tensor) -> dict[str
     }
 
 
-def _scale_cause(ctx: Context, item: ExportItem, actual: Mapping[str, torch.Tensor]) -> str | None:
+def _scale_cause(ctx: Context, item: PlannedTensor, actual: Mapping[str, torch.Tensor]) -> str | None:
     reference = ctx.reference(item)
     names = [name for name, _, _ in item.outputs]
     ulps = _ulps(actual[names[2]], reference[names[2]])
@@ -348,7 +348,7 @@ def _expert_name(name: str, expert: int) -> str:
     return _EXPERT.sub(f".experts.{expert}.", name, count=1)
 
 
-def _expert_candidates(ctx: Context, item: ExportItem) -> list[int]:
+def _expert_candidates(ctx: Context, item: PlannedTensor) -> list[int]:
     """Other experts of the same layer the master holds, likeliest EP offsets first."""
     expert = item.info.expert
     if expert is None:
@@ -358,7 +358,9 @@ def _expert_candidates(ctx: Context, item: ExportItem) -> list[int]:
     return sorted(ids, key=lambda e: (step == 0 or (e - expert) % step != 0, abs(e - expert)))[:16]
 
 
-def _matches_other(ctx: Context, item: ExportItem, other: ExportItem, actual: Mapping[str, torch.Tensor]) -> bool:
+def _matches_other(
+    ctx: Context, item: PlannedTensor, other: PlannedTensor, actual: Mapping[str, torch.Tensor]
+) -> bool:
     expected = ctx.reference(other) if other.quantized else {other.info.name: ctx.master_piece(other).cpu()}
     rename = dict(zip(core_outputs(other), core_outputs(item), strict=True))
     return _all_same(actual, expected, rename)
@@ -384,7 +386,7 @@ def _ep_words(ctx: Context, named: int, holds: int, layer: int | None) -> str:
     return f"matches expert {holds} of the master, named expert {named}: the exporter mislabels experts"
 
 
-def _other_expert_cause(ctx: Context, item: ExportItem, actual: Mapping[str, torch.Tensor]) -> str | None:
+def _other_expert_cause(ctx: Context, item: PlannedTensor, actual: Mapping[str, torch.Tensor]) -> str | None:
     for expert in _expert_candidates(ctx, item):
         other = ctx.plan.item(_expert_name(item.info.name, expert))
         if _matches_other(ctx, item, other, actual):
@@ -405,7 +407,7 @@ _STALE_BF16 = (
 )
 
 
-def _quantized_cause(ctx: Context, item: ExportItem, actual: Mapping[str, torch.Tensor]) -> str:
+def _quantized_cause(ctx: Context, item: PlannedTensor, actual: Mapping[str, torch.Tensor]) -> str:
     members = ctx.plan.members(item)
     grouped = len(members) > 1
     together = fused_members_phrase(members)
@@ -431,7 +433,7 @@ def _quantized_cause(ctx: Context, item: ExportItem, actual: Mapping[str, torch.
     return _other_expert_cause(ctx, item, actual) or _STALE
 
 
-def _byte_findings(ctx: Context, item: ExportItem, counts: Mapping[str, int], diagnose: bool) -> None:
+def _byte_findings(ctx: Context, item: PlannedTensor, counts: Mapping[str, int], diagnose: bool) -> None:
     names = core_outputs(item)
     if counts.get("shared"):
         values = []
@@ -462,7 +464,7 @@ def _byte_findings(ctx: Context, item: ExportItem, counts: Mapping[str, int], di
     ctx.set_cause(set(names), cause)
 
 
-def _input_scale_finding(ctx: Context, item: ExportItem) -> None:
+def _input_scale_finding(ctx: Context, item: PlannedTensor) -> None:
     name = item.outputs[3][0]
     if name not in ctx.exported:
         return
@@ -488,7 +490,7 @@ def _found_format(ctx: Context, module: str) -> str:
     return stored_format(leaves)
 
 
-def _structure_cause(ctx: Context, item: ExportItem) -> str:
+def _structure_cause(ctx: Context, item: PlannedTensor) -> str:
     expected = item.decision.format if item.quantized else "bf16"
     found = _found_format(ctx, item.module)
     if found in (expected, "absent"):
@@ -506,7 +508,7 @@ def _structure_cause(ctx: Context, item: ExportItem) -> str:
     return f"the contract gives it {expected} ({item.decision.reason}), but the export sent {found}"
 
 
-def _owner(ctx: Context, name: str) -> ExportItem | None:
+def _owner(ctx: Context, name: str) -> PlannedTensor | None:
     return ctx.plan.items.get(name) or ctx.plan.items.get(name.rsplit(".", 1)[0] + ".weight")
 
 
@@ -539,7 +541,7 @@ def _extra_finding(ctx: Context, name: str) -> Finding:
     return Finding(name, "extra", f"not an output of `{owner.info.name}` under the contract ({owner.decision.reason})")
 
 
-def _ep_extra_cause(ctx: Context, owner: ExportItem) -> str:
+def _ep_extra_cause(ctx: Context, owner: PlannedTensor) -> str:
     """For another rank's expert in the export: if it holds the bytes of this rank's expert with the
     same local id, that expert's missing tensors and these extra ones share one cause."""
     per_rank = ctx.plan.experts_per_rank(ctx.ep_size)
@@ -573,7 +575,7 @@ def _explain_extras(ctx: Context, budget: int) -> int:
     return budget
 
 
-def explain(ctx: Context, failing: list[tuple[ExportItem, dict[str, int]]], max_diagnosed: int) -> None:
+def explain(ctx: Context, failing: list[tuple[PlannedTensor, dict[str, int]]], max_diagnosed: int) -> None:
     """Turn the fast path's verdicts into findings with details and causes (see the module docstring).
 
     Args:

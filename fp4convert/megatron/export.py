@@ -24,12 +24,13 @@ import torch
 from fp4convert.errors import MappingError
 from fp4convert.families import megatron_to_hf
 from fp4convert.megatron.encode import encode_group
-from fp4convert.megatron.plan import ContractLike, DialectLike, ExportItem, ExportPlan, export_plan
+from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan
+from fp4convert.plan import PlannedTensor
 
 __all__ = ["export_hf"]
 
 
-def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> ExportItem:
+def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> PlannedTensor:
     item = plan.item(name)
     if tuple(x.shape) != tuple(item.info.shape):
         raise MappingError(
@@ -40,7 +41,7 @@ def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> Expor
     return item
 
 
-def _sent(plan: ExportPlan, items: list[ExportItem], tensors: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+def _sent(plan: ExportPlan, items: list[PlannedTensor], tensors: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
     """One group's outputs, computed without autograd (learner parameters require grad) and
     detached, so nothing handed to the sampler holds the learner's graph or its Parameters."""
     with torch.no_grad():

@@ -37,9 +37,10 @@ from fp4convert.formats.nvfp4 import NVFP4Tensor, _tile_amax
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.diagnose import Context
-from fp4convert.megatron.plan import ContractLike, DialectLike, ExportItem, export_plan
+from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.sources import PieceSource, SafetensorsFolder, piece_sources, tensor_meta
+from fp4convert.plan import PlannedTensor
 
 __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
 
@@ -53,7 +54,7 @@ class _Layout:
     that does not change between syncs is kept: names, master rows, and device index tensors."""
 
     fmt: str
-    items: list[ExportItem]
+    items: list[PlannedTensor]
     units: list[str]  # shared-amax unit of each item
     outputs: list[list[str]]  # per output role (data, scale[, global]), the items' names
     rows: list[int]
@@ -78,7 +79,7 @@ class _Layout:
 
 
 #: one step of the byte check: a BF16 item compared as is, or a batch
-_Step = tuple[str, ExportItem | _Layout]
+_Step = tuple[str, PlannedTensor | _Layout]
 
 
 @dataclass
@@ -88,9 +89,9 @@ class _Compiled:
     sources: dict[str, PieceSource]
     outputs: dict[str, list[OutputSpec]]  # item name -> expected outputs (BF16: the master's dtype)
     problems: list[Finding]  # items the master cannot provide
-    expected_names: dict[str, ExportItem]
+    expected_names: dict[str, PlannedTensor]
     master_bytes: int
-    checks: list[tuple[str, torch.dtype, tuple[int, ...], ExportItem]]
+    checks: list[tuple[str, torch.dtype, tuple[int, ...], PlannedTensor]]
     steps: list[list[_Step]] | None = None  # per layer, when every item is fit (the usual case)
 
 
@@ -185,27 +186,27 @@ class ExportValidator:
         self._compiled = (signature, compiled)
         return compiled
 
-    def _unit(self, item: ExportItem) -> str:
+    def _unit(self, item: PlannedTensor) -> str:
         group = item.decision.fused_group
         return group if group is not None and group in self.plan.groups else item.info.name
 
-    def _steps(self, items: list[ExportItem], complete: set[str] | None) -> list[list[_Step]]:
+    def _steps(self, items: list[PlannedTensor], complete: set[str] | None) -> list[list[_Step]]:
         """Per layer: BF16 items one by one, quantized ones in batches of one (format, width, tile),
         whole shared-amax units at a time, size-capped. ``complete``: units allowed in batches."""
-        layers: OrderedDict[int | None, list[ExportItem]] = OrderedDict()
+        layers: OrderedDict[int | None, list[PlannedTensor]] = OrderedDict()
         for item in items:
             layers.setdefault(item.info.layer, []).append(item)
         steps: list[list[_Step]] = []
         for members in layers.values():
             layer: list[_Step] = [("bf16", item) for item in members if not item.quantized]
-            keyed: OrderedDict[tuple[Any, ...], OrderedDict[str, list[ExportItem]]] = OrderedDict()
+            keyed: OrderedDict[tuple[Any, ...], OrderedDict[str, list[PlannedTensor]]] = OrderedDict()
             for item in members:
                 unit = self._unit(item)
                 if item.quantized and (complete is None or unit in complete):
                     key = (item.decision.format, item.info.shape[-1], getattr(item.decision.recipe, "tile", ""))
                     keyed.setdefault(key, OrderedDict()).setdefault(unit, []).append(item)
             for units in keyed.values():
-                batch: list[ExportItem] = []
+                batch: list[PlannedTensor] = []
                 size = 0
                 for group in units.values():
                     nbytes = sum(m.info.numel * 2 for m in group)
@@ -219,7 +220,7 @@ class ExportValidator:
             steps.append(layer)
         return steps
 
-    def _layout(self, batch: list[ExportItem]) -> _Layout:
+    def _layout(self, batch: list[PlannedTensor]) -> _Layout:
         roles = 3 if batch[0].decision.format == "nvfp4" else 2
         return _Layout(
             fmt=batch[0].decision.format,
@@ -320,9 +321,11 @@ class ExportValidator:
             dim=1,
         )
 
-    def _compare(self, ctx: Context, compiled: _Compiled, broken: set[str]) -> list[tuple[ExportItem, dict[str, int]]]:
+    def _compare(
+        self, ctx: Context, compiled: _Compiled, broken: set[str]
+    ) -> list[tuple[PlannedTensor, dict[str, int]]]:
         """Byte checks of every structurally fit item; returns the failing ones with their counts."""
-        slow: list[ExportItem] = []
+        slow: list[PlannedTensor] = []
         steps = compiled.steps
         if broken or steps is None:
             # A group with a broken member cannot be batched (its shared amax needs every member's
@@ -332,7 +335,7 @@ class ExportValidator:
             slow = [i for i in fit if i.quantized and self._unit(i) in bad_units]
             complete = {self._unit(i) for i in fit} - bad_units
             steps = self._steps(fit, complete)
-        results: list[tuple[list[ExportItem], torch.Tensor, tuple[str, ...]]] = []
+        results: list[tuple[list[PlannedTensor], torch.Tensor, tuple[str, ...]]] = []
         for layer in steps:
             ctx.begin_chunk()
             for kind, payload in layer:
@@ -342,7 +345,7 @@ class ExportValidator:
                 else:
                     results.append(([payload], ctx.bf16_mismatch(payload).reshape(1, 1).long(), ("data",)))
             ctx.end_chunk()
-        failing: list[tuple[ExportItem, dict[str, int]]] = []
+        failing: list[tuple[PlannedTensor, dict[str, int]]] = []
         if results:  # one device -> host transfer for the whole export
             flat: list[int] = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu().tolist()
             offset = 0

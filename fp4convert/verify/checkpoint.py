@@ -20,11 +20,14 @@ import torch
 
 from fp4convert.checkpoint.hashing import tensor_sha256
 from fp4convert.checkpoint.manifest import read_manifest
+from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
-from fp4convert.checkpoint.source import INDEX_NAME, checked_file, shard_name_problem
+from fp4convert.checkpoint.source import INDEX_NAME, checked_file, open_checkpoint, shard_name_problem
+from fp4convert.contract import parse_contract
 from fp4convert.dialects import Dialect, get_dialect, module_of
 from fp4convert.errors import CheckpointError
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.plan import SharedAmax, input_amax, load_calibration, plan_conversion, quantize_tensor
 
 __all__ = ["TensorCheck", "VerifyReport", "verify_checkpoint"]
 
@@ -292,28 +295,30 @@ def _compare_with_source(
     cache: dict[str, SafetensorsFile],
     report: VerifyReport,
 ) -> None:
-    from fp4convert.checkpoint.reader import SourceReader
-    from fp4convert.checkpoint.source import open_checkpoint
-    from fp4convert.contract import parse_contract
-    from fp4convert.convert.execute import _GroupAmax, _input_amax, quantize_planned
-    from fp4convert.convert.plan import build_plan, load_calibration
     from fp4convert.hub import resolve_source
 
     contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/fp4convert.json", json_text=True)
     dialect = get_dialect(manifest["dialect"], per_token_activations=contract.formats.nvfp4.per_token_activations)
     ckpt = open_checkpoint(resolve_source(source))
-    plan = build_plan(ckpt, contract, dialect)
+    plan = plan_conversion(ckpt, contract, dialect)
     calib_path = manifest["source"].get("calibration")
     calibration = load_calibration(calib_path) if calib_path and Path(calib_path).is_file() else None
     reader = SourceReader(ckpt)
-    amaxes = _GroupAmax(plan, reader.read)
+    amaxes = SharedAmax(plan, reader.read)
     report.compared_with_source = True
     try:
         for item in plan.items:
             early = amaxes.take(item.info.name)
             x = early if early is not None else reader.read(item.info.name)
-            q = quantize_planned(item, x, profile=contract.quantizer, amax=amaxes.amax_for(item, x), device=device)
-            tensors = dialect.encode(item, q, x, _input_amax(item, plan, calibration))
+            tensors = quantize_tensor(
+                item,
+                x,
+                dialect=dialect,
+                profile=contract.quantizer,
+                amax=amaxes.amax_for(item, x),
+                input_amax=input_amax(item, plan.groups, calibration),
+                device=device,
+            )
             input_name = dialect.output_name(item.module, item.decision.format, "input")
             for name, tensor in tensors.items():
                 if name == input_name and calibration is None and calib_path:
