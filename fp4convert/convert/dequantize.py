@@ -31,6 +31,8 @@ __all__ = ["DequantizeReport", "dequantize_checkpoint"]
 
 @dataclass
 class DequantizeReport:
+    """What ``dequantize`` wrote: the folder, the modules decoded per format, the tensors copied."""
+
     destination: str
     nvfp4_modules: int
     mxfp8_modules: int

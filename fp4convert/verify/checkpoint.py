@@ -44,6 +44,12 @@ class TensorCheck:
 
 @dataclass
 class VerifyReport:
+    """The verdict on one converted checkpoint: every check made, and whether the source was compared.
+
+    ``ok`` is the verdict, ``failures`` the failed checks, ``summary()`` one line, ``to_json()`` for
+    ``verify --json``.
+    """
+
     directory: str
     checks: list[TensorCheck] = field(default_factory=list)
     compared_with_source: bool = False
