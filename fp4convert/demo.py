@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,10 +30,21 @@ DEMO_CONTRACT = "nvfp4-experts-per-token"
 
 @dataclass
 class DemoReport:
+    """What the demo did: the source it built, the conversion, the verification, the serving environment."""
+
     source: str
     conversion: ConversionReport
     verification: VerifyReport
     environment: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types (what ``demo --json`` prints)."""
+        return {
+            "source": self.source,
+            "conversion": asdict(self.conversion),
+            "verification": self.verification.to_json(),
+            "environment": self.environment,
+        }
 
 
 def build_demo_checkpoint(directory: Path, *, shards: int = 2, seed: int = 0) -> Path:

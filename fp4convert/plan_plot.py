@@ -58,7 +58,7 @@ def plot_plan(plan: Plan, path: str | Path) -> Path:
     Raises:
         Fp4ConvertError: unsupported suffix, or matplotlib is not installed.
 
-    Example:
+    Example (not run: it writes an image file, with matplotlib):
         >>> plot_plan(plan, "plan.svg")  # doctest: +SKIP
         PosixPath('plan.svg')
     """

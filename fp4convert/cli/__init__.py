@@ -1,37 +1,52 @@
 """The ``fp4convert`` command line: a thin click layer over the library.
 
-Commands parse options, call one library function and render its result; they hold no logic.
-Each command lives in its own module and is registered in :data:`_COMMANDS` below.
+Commands parse options, call one library function and render its result; they hold no logic. Each
+command lives in its own module, takes its shared options from :mod:`~fp4convert.cli.options` and
+writes through :mod:`~fp4convert.cli.render` (one JSON form, one error form). :func:`main` is the
+one place a library error becomes the line a user sees.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from importlib import import_module
 
 import click
 
-from fp4convert import __version__
-from fp4convert.cli._errors import render_error
+from fp4convert.cli.contract import contract
+from fp4convert.cli.convert import convert
+from fp4convert.cli.demo import demo
+from fp4convert.cli.dequantize import dequantize
+from fp4convert.cli.diff import diff
+from fp4convert.cli.explain import explain
+from fp4convert.cli.golden import golden
+from fp4convert.cli.plan import plan
+from fp4convert.cli.publish import publish
+from fp4convert.cli.render import error_text
+from fp4convert.cli.to_megatron import to_megatron
+from fp4convert.cli.validate_export import validate_export
+from fp4convert.cli.verify import verify
 from fp4convert.errors import Fp4ConvertError
+from fp4convert.version import __version__
+
+__all__ = ["DEBUG_ENV", "cli", "main"]
 
 DEBUG_ENV = "FP4CONVERT_DEBUG"
 
-# (module under fp4convert.cli, attribute): one line per command or command group.
-_COMMANDS: tuple[tuple[str, str], ...] = (
-    ("demo", "demo"),
-    ("golden", "golden"),
-    ("convert", "convert"),
-    ("verify", "verify"),
-    ("dequantize", "dequantize"),
-    ("contract", "contract"),
-    ("explain", "explain"),
-    ("diff", "diff"),
-    ("plan", "plan"),
-    ("publish", "publish"),
-    ("to_megatron", "to_megatron"),
-    ("validate_export", "validate_export"),
+# In the order `fp4convert --help` lists them.
+_COMMANDS: tuple[click.Command, ...] = (
+    demo,
+    golden,
+    convert,
+    verify,
+    dequantize,
+    contract,
+    explain,
+    diff,
+    plan,
+    publish,
+    to_megatron,
+    validate_export,
 )
 
 
@@ -44,8 +59,8 @@ def cli() -> None:
     """
 
 
-for _module, _attr in _COMMANDS:
-    cli.add_command(getattr(import_module(f"fp4convert.cli.{_module}"), _attr))
+for _command in _COMMANDS:
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,6 +77,6 @@ def main(argv: list[str] | None = None) -> None:
     except Fp4ConvertError as exc:
         if os.environ.get(DEBUG_ENV):
             raise
-        click.echo(render_error(exc), err=True)
+        click.echo(error_text(exc), err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from fp4convert.cli import options
-from fp4convert.dialects import DIALECTS
+from fp4convert.cli.render import echo_json, progress_bar
 
 
 @click.command()
 @click.argument("source")
 @click.argument("destination", type=click.Path(path_type=Path))
-@click.option(
-    "--contract",
-    "contract_path",
-    required=True,
-    help="Precision contract: a YAML/JSON file, or a shipped name such as nvfp4-experts-per-token.",
+@options.contract_option(
+    required=True, help="Precision contract: a YAML/JSON file, or a shipped name such as nvfp4-experts-per-token."
 )
-@click.option(
-    "--dialect",
-    type=click.Choice(sorted(DIALECTS)),
-    default="modelopt",
-    show_default=True,
-    help="On-disk format engines load.",
-)
+@options.dialect_option("On-disk format engines load.")
 @options.device
 @click.option("--workers", type=click.IntRange(1), default=None, help="CPU threads for the quantizer.")
 @click.option("--max-shard-size", default=None, help="Re-shard the output (e.g. 5GB); default mirrors the input.")
@@ -37,7 +26,7 @@ from fp4convert.dialects import DIALECTS
     default=None,
     help="JSON {module: activation amax}; needed when activations are not per-token.",
 )
-@click.option("--revision", default=None, help="Hub revision when SOURCE is a repo id.")
+@options.revision_option("SOURCE")
 @options.overwrite
 @click.option("--resume", is_flag=True, help="Continue an interrupted run, keeping verified shards.")
 @options.quiet
@@ -64,7 +53,7 @@ def convert(
     """
     from fp4convert.convert.execute import convert_checkpoint
 
-    with options.progress_bar(not quiet) as hook:
+    with progress_bar(not quiet) as hook:
         report = convert_checkpoint(
             source,
             destination,
@@ -80,7 +69,7 @@ def convert(
             progress=hook,
         )
     if as_json:
-        click.echo(json.dumps(asdict(report), indent=2))
+        echo_json(report)
         return
     formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(report.formats.items()))
     click.echo(

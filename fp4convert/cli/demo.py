@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from fp4convert.cli import options
+from fp4convert.cli.render import echo_json
 
 
 @click.command()
@@ -27,13 +26,7 @@ def demo(ctx: click.Context, workdir: Path | None, as_json: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="fp4convert-demo-") as tmp:
         report = run_demo(workdir or Path(tmp))
         if as_json:
-            data = {
-                "source": report.source,
-                "conversion": asdict(report.conversion),
-                "verification": report.verification.to_json(),
-                "environment": report.environment,
-            }
-            click.echo(json.dumps(data, indent=2))
+            echo_json(report)
         else:
             c = report.conversion
             formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(c.formats.items()))

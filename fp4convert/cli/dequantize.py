@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from fp4convert.cli import options
+from fp4convert.cli.render import echo_json
 
 
 @click.command()
@@ -22,7 +21,7 @@ def dequantize(source: Path, destination: Path, overwrite: bool, as_json: bool) 
 
     report = dequantize_checkpoint(source, destination, overwrite=overwrite)
     if as_json:
-        click.echo(json.dumps(asdict(report), indent=2))
+        echo_json(report)
     else:
         click.echo(
             f"dequantized {report.nvfp4_modules} NVFP4 and {report.mxfp8_modules} MXFP8 modules "

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from fp4convert.cli.contract import CONTRACT_FILE, JSON_OPTION, describe_model, model_option
+from fp4convert.cli import options
+from fp4convert.cli.render import describe_model, echo_json
 from fp4convert.contract import load_contract
 from fp4convert.contract.diff import ContractDiff, LayerDiff, diff_contracts
-from fp4convert.contract.model_source import load_model_inventory
 from fp4convert.inventory import ModelInventory
+from fp4convert.model_source import load_model_inventory
 
 __all__ = ["diff"]
 
@@ -48,14 +48,17 @@ def render(result: ContractDiff, inventory: ModelInventory, *, summary: bool) ->
 
 
 @click.command()
-@click.argument("contract_a", type=CONTRACT_FILE)
-@click.argument("contract_b", type=CONTRACT_FILE)
-@model_option(required=True)
+@click.argument("contract_a", type=options.CONTRACT_FILE)
+@click.argument("contract_b", type=options.CONTRACT_FILE)
+@options.model_option(required=True)
 @click.option("--summary", is_flag=True, help="One line per layer, without the tensor list.")
-@JSON_OPTION
+@options.json_output
 def diff(contract_a: Path, contract_b: Path, model: str, summary: bool, as_json: bool) -> None:
     """Show which tensors change format between CONTRACT_A and CONTRACT_B on one model, layer by
     layer, with each changed layer's weight bytes under both."""
     inventory = load_model_inventory(model)
     result = diff_contracts(load_contract(contract_a), load_contract(contract_b), inventory)
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else render(result, inventory, summary=summary))
+    if as_json:
+        echo_json(result)
+    else:
+        click.echo(render(result, inventory, summary=summary))

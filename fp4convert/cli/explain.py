@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from fp4convert.cli.contract import CONTRACT_FILE, JSON_OPTION, MODEL_OPTION, load_model
+from fp4convert.cli import options
+from fp4convert.cli.render import echo_json
 from fp4convert.contract import Explanation, load_contract
+from fp4convert.model_source import explain_name
 
 __all__ = ["explain"]
 
@@ -51,9 +52,9 @@ def render(explanation: Explanation) -> str:
 
 
 @click.command()
-@click.argument("file", type=CONTRACT_FILE)
+@click.argument("file", type=options.CONTRACT_FILE)
 @click.argument("tensor_name")
-@MODEL_OPTION
+@options.model_option()
 @click.option(
     "--namespace",
     type=click.Choice(["hf", "megatron"]),
@@ -61,13 +62,17 @@ def render(explanation: Explanation) -> str:
     help="Evaluate only this naming scheme's rules and name exceptions (what one engine sees). "
     "Without a model or family, it also says which scheme TENSOR_NAME is in (default hf).",
 )
-@JSON_OPTION
+@options.json_output
 def explain(file: Path, tensor_name: str, model: str | None, namespace: str | None, as_json: bool) -> None:
     """Explain the format FILE gives TENSOR_NAME (an HF or Megatron name): every entry that matched it,
     in precedence order, and the one that won."""
-    explanation = load_contract(file).explain(
+    explanation = explain_name(
+        load_contract(file),
         tensor_name,
-        load_model(model),
+        options.load_model(model),
         namespace=namespace,  # type: ignore[arg-type]  # click.Choice guarantees a Namespace
     )
-    click.echo(json.dumps(explanation.to_dict(), indent=2) if as_json else render(explanation))
+    if as_json:
+        echo_json(explanation)
+    else:
+        click.echo(render(explanation))

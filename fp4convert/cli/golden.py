@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from fp4convert.cli import options
+from fp4convert.cli.render import echo_json
 from fp4convert.verify import golden as golden_lib
 
 _DIR = click.option(
@@ -26,15 +27,15 @@ def golden() -> None:
 
 @golden.command()
 @_DIR
-@click.option("--device", default="cpu", show_default=True, help="Where to recompute: cpu, cuda, cuda:1, ...")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per fixture on stdout.")
+@options.device
+@options.json_output
 @click.pass_context
 def verify(ctx: click.Context, directory: Path, device: str, as_json: bool) -> None:
     """Recompute every fixture and compare bytes; exit 1 on any difference."""
     results = list(golden_lib.verify(directory, device=device))
     failed = [r for r in results if not r.equal]
     if as_json:
-        click.echo(json.dumps([{"name": r.name, "equal": r.equal, "mismatches": r.mismatches} for r in results]))
+        echo_json([{"name": r.name, "equal": r.equal, "mismatches": r.mismatches} for r in results])
     else:
         for r in failed:
             detail = "; ".join(f"{k}: {v}" for k, v in r.mismatches.items())

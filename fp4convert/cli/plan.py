@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,9 +9,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from fp4convert.cli.contract import CONTRACT_FILE, JSON_OPTION, describe_model, model_option
+from fp4convert.cli import options
+from fp4convert.cli.render import describe_model, echo_json
 from fp4convert.contract import load_contract
-from fp4convert.contract.model_source import load_model_inventory
+from fp4convert.hub import resolve_model_config
+from fp4convert.model_source import load_model_inventory
 from fp4convert.plan import Plan, Totals, build_plan, human_bytes
 
 __all__ = ["plan", "render"]
@@ -70,13 +71,9 @@ def render(plan: Plan, console: Console, *, model: str, tensors: bool) -> None:
 
 
 @click.command()
-@click.argument("contract", type=CONTRACT_FILE)
-@model_option(required=True)
-@click.option(
-    "--revision",
-    default=None,
-    help="Hub revision when --model is a repo id (only its config.json is fetched).",
-)
+@click.argument("contract", type=options.CONTRACT_FILE)
+@options.model_option(required=True)
+@options.revision_option("--model")
 @click.option("--summary", is_flag=True, help="Totals only: no per-tensor rows (also in --json).")
 @click.option(
     "--plot",
@@ -86,7 +83,7 @@ def render(plan: Plan, console: Console, *, model: str, tensors: bool) -> None:
     metavar="FILE.png|FILE.svg",
     help="Also draw the layer x role grid coloured by format, with bytes per layer (needs matplotlib).",
 )
-@JSON_OPTION
+@options.json_output
 def plan(
     contract: Path, model: str, revision: str | None, summary: bool, plot_path: Path | None, as_json: bool
 ) -> None:
@@ -96,8 +93,6 @@ def plan(
     Routed experts are folded into one row per layer and projection in the text output; --json
     lists every tensor. --model may also be a Hub repo id: its config.json alone is downloaded.
     """
-    from fp4convert.hub import resolve_model_config
-
     inventory = load_model_inventory(resolve_model_config(model, revision=revision))
     result = build_plan(load_contract(contract), inventory)
     if plot_path is not None:
@@ -106,7 +101,7 @@ def plan(
         plot_plan(result, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_dict(tensors=not summary), indent=1))
+        echo_json(result.to_dict(tensors=not summary))
         return
     # Piped output gets a width that fits the longest tensor names instead of rich's 80 columns.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else _PIPE_WIDTH)

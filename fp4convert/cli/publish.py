@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import click
 
 from fp4convert.cli import options
+from fp4convert.cli.render import echo_json
 from fp4convert.plan import human_bytes
 from fp4convert.publish import Publication, PublishPlan, prepare_publication
 from fp4convert.publish import publish as publish_checkpoint
@@ -115,7 +115,7 @@ def publish(
     )
     if dry_run:
         if as_json:
-            click.echo(json.dumps(pub.to_json(), indent=2))
+            echo_json(pub)
         else:
             _render_dry_run(pub)
         return
@@ -131,7 +131,7 @@ def publish(
 
     result = publish_checkpoint(pub, replace=replace, confirm=confirm, progress=_progress(not quiet))
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        echo_json(result)
     elif result.status == "unchanged":
         click.echo(
             f"{repo_id}@{revision} already holds exactly {directory} (commit {result.commit[:12]}): nothing to publish"

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from fp4convert.cli import options
+from fp4convert.cli.render import echo_json, echo_notes
 
 
 @click.command("to-megatron")
 @click.argument("source")
 @click.argument("destination", type=click.Path(path_type=Path))
-@click.option(
-    "--contract",
-    "contract_path",
-    default=None,
+@options.contract_option(
+    required=False,
     help="Precision contract (file or shipped name): also write te-precision.yaml and megatron-args.txt.",
 )
 @click.option(
@@ -27,7 +24,7 @@ from fp4convert.cli import options
     show_default=True,
     help="Expert names: TEGroupedMLP (linear_fc1.weight{e}) or SequentialMLP (local_experts.{e}.linear_fc1).",
 )
-@click.option("--revision", default=None, help="Hub revision when SOURCE is a repo id.")
+@options.revision_option("SOURCE")
 @options.overwrite
 @options.json_output
 def to_megatron(
@@ -55,10 +52,9 @@ def to_megatron(
         overwrite=overwrite,
         revision=revision,
     )
-    for note in report.notes:
-        click.echo(f"note: {note}", err=True)
+    echo_notes(report.notes)
     if as_json:
-        click.echo(json.dumps(asdict(report), indent=2))
+        echo_json(report)
         return
     extra = f"; {', '.join(report.precision_files)} from contract {report.contract}" if report.contract else ""
     click.echo(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from fp4convert.cli import options
-from fp4convert.dialects import DIALECTS
+from fp4convert.cli.render import echo_json
 
 
 @click.command("validate-export")
@@ -19,14 +18,8 @@ from fp4convert.dialects import DIALECTS
     type=click.Path(exists=True, path_type=Path),
     help="BF16 master: an HF checkpoint folder, or Megatron-named safetensors (folder or file).",
 )
-@click.option("--contract", "contract_path", required=True, help="Precision contract: a file or a shipped name.")
-@click.option(
-    "--dialect",
-    type=click.Choice(sorted(DIALECTS)),
-    default="modelopt",
-    show_default=True,
-    help="Dialect the exporter writes.",
-)
+@options.contract_option(required=True, help="Precision contract: a file or a shipped name.")
+@options.dialect_option("Dialect the exporter writes.")
 @click.option(
     "--config",
     "config_path",
@@ -79,7 +72,7 @@ def validate_export(
         device=device,
     )
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        echo_json(report)
         ctx.exit(0 if report.ok else 1)
     for name, status, _ in report.tensors():
         if show_all and status == "ok":

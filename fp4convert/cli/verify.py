@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from fp4convert.cli import options
+from fp4convert.cli.render import echo_json
 
 
 @click.command()
@@ -22,7 +22,7 @@ def verify(ctx: click.Context, directory: Path, source: str | None, device: str,
 
     report = verify_checkpoint(directory, source=source, device=device)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        echo_json(report)
     else:
         for failure in report.failures:
             click.echo(f"FAIL {failure.check:12} {failure.name}: {failure.detail}")

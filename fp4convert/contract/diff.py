@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fp4convert.contract.decision import Decision
 from fp4convert.contract.footprint import storage_bytes
-from fp4convert.contract.model import Contract, Format
-from fp4convert.contract.resolve import Decision, decide_all
+from fp4convert.contract.model import Contract
+from fp4convert.contract.resolve import decide_all
+from fp4convert.contract.sections import Format
 from fp4convert.inventory import ModelInventory
 
 __all__ = ["ContractDiff", "LayerDiff", "TensorChange", "diff_contracts"]
@@ -72,8 +74,8 @@ class ContractDiff:
         """Every change, layer by layer."""
         return tuple(change for layer in self.layers for change in layer.changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types, for ``diff --json``."""
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types (what ``diff --json`` prints)."""
         return {
             "before": self.before,
             "after": self.after,

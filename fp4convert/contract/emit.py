@@ -25,7 +25,7 @@ Targets (``--target``):
     ``--quantization modelopt_fp4`` (NVFP4 checkpoints) or ``mxfp8``, and ``--kv-cache-dtype``.
 
 ``env``
-    The environment of background.md: TransformerEngine's NVFP4 switches and backward override,
+    The environment of ``docs/recipe.md``: TransformerEngine's NVFP4 switches and backward override,
     TensorRT-LLM / FlashInfer fast-math FP4 quantization off, SGLang per-token activations.
     Switches are always written with an explicit value (``=0`` when off), never left out.
 
@@ -43,8 +43,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from fp4convert.contract.model import Contract, Format, contract_hash
+from fp4convert.contract.model import Contract, contract_hash
 from fp4convert.contract.patterns import KIND_RANK, literal_length, matches
+from fp4convert.contract.sections import Format
 from fp4convert.errors import ContractError
 
 __all__ = ["TARGETS", "Emitted", "Target", "emit"]
@@ -62,7 +63,7 @@ _SGLANG_QUANTIZATION: dict[Format, str] = {"nvfp4": "modelopt_fp4", "mxfp8": "mx
 
 @dataclass(frozen=True)
 class _RoleNames:
-    """How one BF16 role exception is spelled for the engines (checkpoint-formats.md section 5)."""
+    """How one BF16 role exception is spelled for the engines (names: ``docs/live-export.md``)."""
 
     switch: str  # the bf16_exceptions field
     te_glob: str  # Megatron module-path glob for the TE matcher
@@ -208,7 +209,7 @@ def _te_yaml(contract: Contract) -> Emitted:
 def _needs_layer_count(contract: Contract, why: str) -> ContractError:
     return ContractError(
         f"contract '{contract.name}': {why} depends on the model's layer count",
-        hint="pass --model CONFIG_OR_DIR",
+        hint="give the model: --model CONFIG_OR_DIR, or num_layers= (and num_mtp_layers=) in Python",
         field="bf16_exceptions",
     )
 

@@ -1,6 +1,6 @@
 """What a decision means for a tensor's bytes and block fit (used by ``diff`` and ``lint``).
 
-Bytes are the weight storage a checkpoint writes for one tensor (checkpoint-formats.md 1.1, 2.2):
+Bytes are the weight storage a checkpoint writes for one tensor (the layouts of ``docs/dialects.md``):
 
 * ``bf16``: 2 bytes per value for GEMM weights; tensors that are never quantized keep their
   checkpoint dtype.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 
-from fp4convert.contract.model import MXFP8Recipe, NVFP4Recipe
-from fp4convert.contract.resolve import Decision
+from fp4convert.contract.decision import Decision
+from fp4convert.contract.sections import MXFP8Recipe, NVFP4Recipe
 from fp4convert.errors import MappingError
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.inventory import TensorInfo
@@ -61,7 +61,7 @@ def storage_bytes(tensor: TensorInfo, decision: Decision) -> int:
         MappingError: the shape is unknown, or a kept tensor's dtype is not a known torch dtype.
 
     Example:
-        >>> from fp4convert.contract.model import NVFP4Recipe
+        >>> from fp4convert.contract.sections import NVFP4Recipe
         >>> t = TensorInfo("w", (256, 128), gemm_weight=True)
         >>> d = Decision("w", "nvfp4", NVFP4Recipe(), "rules[0]", "", ())
         >>> storage_bytes(t, d)  # 128*256/2 values + 256*8 scales + 4 outer scale
@@ -70,7 +70,7 @@ def storage_bytes(tensor: TensorInfo, decision: Decision) -> int:
     if not tensor.shape:
         raise MappingError(
             f"tensor '{tensor.name}' has no shape, so its size is unknown",
-            hint="give every tensor a shape in the --model list",
+            hint="give every tensor a shape in the model's tensor list",
             tensor=tensor.name,
         )
     numel = tensor.numel

@@ -36,15 +36,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
+from fp4convert.contract.decision import Decision
 from fp4convert.contract.footprint import fits_blocks
-from fp4convert.contract.model import Contract, MXFP8Recipe, Namespace, NVFP4Recipe
-from fp4convert.contract.resolve import (
-    FUSED_CONFLICT_HINT,
-    Decision,
-    describe_conflict,
-    fused_conflicts,
-    resolve,
-)
+from fp4convert.contract.model import Contract
+from fp4convert.contract.resolve import FUSED_CONFLICT_HINT, describe_conflict, fused_conflicts, resolve
+from fp4convert.contract.sections import MXFP8Recipe, Namespace, NVFP4Recipe
 from fp4convert.errors import ContractError, MappingError
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
 
@@ -56,7 +52,7 @@ Severity = Literal["error", "warning"]
 _PARAMETER_SUFFIX = re.compile(r"\.(weight\d*|bias|layer_norm_weight|layer_norm_bias|expert_bias)$")
 # HF checkpoint keys are parameters: they end in weight/bias (e_score_correction_bias included).
 _HF_TENSOR_SUFFIX = re.compile(r"(weight|bias)$")
-# DeepSeek-V3 naming of MLA's kv_b_proj in both schemes (checkpoint-formats.md 5.3).
+# DeepSeek-V3 naming of MLA's kv_b_proj in both schemes (docs/live-export.md, "HF and Megatron-Core names").
 _MLA_PROBE = TensorInfo(
     name="model.layers.0.self_attn.kv_b_proj.weight",
     megatron_name="decoder.layers.0.self_attention.linear_kv_up_proj.weight",
@@ -309,7 +305,7 @@ class _ModelLint:
             message, hint = self.first_message[(severity, code, rule)]
             if code == "shape-unknown":
                 message = f"{len(tensors)} quantized tensors have no shape; block divisibility was not checked"
-                hint = "give shapes in the --model list"
+                hint = "give shapes in the model's tensor list"
             else:
                 message = f"{_some(tensors)}: {message}"
             findings.append(Finding(severity, code, message, hint, rule=rule, tensors=tuple(tensors)))

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from fp4convert.contract.model import UNION_TAGS, Contract
+from fp4convert.contract.model import Contract
+from fp4convert.contract.sections import UNION_TAGS
 from fp4convert.errors import ContractError, Fp4ConvertError
 
 __all__ = ["load_contract", "parse_contract", "read_document", "validate_document"]

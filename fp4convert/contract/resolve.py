@@ -34,36 +34,25 @@ contract that splits them. Whether they also share one outer scale is ``fused_gr
 
 from __future__ import annotations
 
-import difflib
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fp4convert.contract.model import (
-    Contract,
-    Format,
-    LayerFraction,
-    MXFP8Recipe,
-    Namespace,
-    NVFP4Recipe,
-    Rule,
-)
-from fp4convert.contract.names import describe_tensor_name
+from fp4convert.contract.decision import Decision, RuleMatch
 from fp4convert.contract.patterns import KIND_RANK, literal_length, matches
+from fp4convert.contract.sections import LayerFraction, Namespace, Rule
 from fp4convert.errors import ContractError, MappingError
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
+
+if TYPE_CHECKING:  # the contract model calls into this module; at run time it only passes itself in
+    from fp4convert.contract.model import Contract
 
 __all__ = [
     "ALL_NAMESPACES",
     "FUSED_CONFLICT_HINT",
-    "Decision",
-    "Explanation",
-    "RuleMatch",
     "decide",
     "decide_all",
     "describe_conflict",
-    "explain",
     "fused_conflicts",
     "megatron_module_path",
     "resolve",
@@ -79,89 +68,6 @@ _ROLE_EXCEPTIONS: dict[Role, str] = {
     Role.EMBEDDING: "embeddings",
     Role.NORM: "norms",
 }
-
-
-@dataclass(frozen=True)
-class RuleMatch:
-    """One contract entry that matched a tensor.
-
-    Attributes:
-        rule: its id: ``rules[2]``, ``bf16_exceptions.last_layers``, ``default``, ``non_gemm``...
-        format: the format it gives.
-        detail: why it matched, e.g. ``HF name contains '.kv_b_proj.'``.
-    """
-
-    rule: str
-    format: Format
-    detail: str
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The format one tensor gets, and why.
-
-    Attributes:
-        tensor: the tensor's name (HF name when known).
-        format: ``nvfp4``, ``mxfp8`` or ``bf16``.
-        recipe: the contract's recipe object for ``format``; None for ``bf16``.
-        rule: id of the winning entry (``matched[0].rule``).
-        reason: one human sentence.
-        matched: every entry that matched, in precedence order; the first one won.
-        fused_group: the fused group whose siblings share this tensor's outer scale, or None
-            (not fused, sharing switched off in ``fused_groups``, or ``bf16``).
-    """
-
-    tensor: str
-    format: Format
-    recipe: NVFP4Recipe | MXFP8Recipe | None
-    rule: str
-    reason: str
-    matched: tuple[RuleMatch, ...]
-    fused_group: str | None = None
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """A decision together with what it was computed from.
-
-    Attributes:
-        tensor: the tensor as the contract saw it (from the model, a family, or the name alone).
-        decision: the decision.
-        num_layers: the decoder layer count used, or None when unknown.
-        namespaces: the namespaces whose rules and name exceptions were evaluated.
-        notes: what could not be evaluated or was assumed, one sentence each.
-    """
-
-    tensor: TensorInfo
-    decision: Decision
-    num_layers: int | None
-    namespaces: frozenset[Namespace]
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def winner(self) -> RuleMatch:
-        """The entry that decided."""
-        return self.decision.matched[0]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types, for ``explain --json``."""
-        t = self.tensor
-        return {
-            "tensor": t.name,
-            "megatron_name": t.megatron_name,
-            "role": t.role.value,
-            "layer": t.layer,
-            "is_mtp": t.is_mtp,
-            "gemm_weight": t.gemm_weight,
-            "num_layers": self.num_layers,
-            "namespaces": sorted(self.namespaces),
-            "format": self.decision.format,
-            "rule": self.decision.rule,
-            "reason": self.decision.reason,
-            "fused_group": self.decision.fused_group,
-            "matched": [{"rule": m.rule, "format": m.format, "detail": m.detail} for m in self.decision.matched],
-            "notes": list(self.notes),
-        }
 
 
 def megatron_module_path(megatron_name: str) -> str:
@@ -458,76 +364,3 @@ def decide_all(contract: Contract, inventory: ModelInventory) -> dict[str, Decis
             reason="fused-format-mismatch",
         )
     return decisions
-
-
-def _find_in_inventory(name: str, inventory: ModelInventory) -> tuple[TensorInfo, tuple[str, ...]]:
-    by_hf = inventory.by_name()
-    if name in by_hf:
-        return by_hf[name], ()
-    pieces = [t for t in inventory if t.megatron_name == name]
-    if pieces:
-        notes: tuple[str, ...] = ()
-        if len(pieces) > 1:
-            listed = ", ".join(t.name for t in pieces)
-            notes = (f"Megatron tensor '{name}' holds {len(pieces)} HF tensors ({listed}); explained the first",)
-        return pieces[0], notes
-    candidates = list(by_hf) + [t.megatron_name for t in inventory if t.megatron_name]
-    close = difflib.get_close_matches(name, candidates, n=3)
-    raise MappingError(
-        f"tensor '{name}' is not in the model ({len(inventory)} tensors, family {inventory.family})",
-        hint=f"did you mean {', '.join(repr(c) for c in close)}?" if close else "check the name and the model",
-        tensor=name,
-    )
-
-
-def explain(
-    contract: Contract,
-    name_or_tensor: str | TensorInfo,
-    inventory: ModelInventory | None = None,
-    *,
-    namespace: Namespace | None = None,
-) -> Explanation:
-    """Explain one tensor: its decision, every entry that matched, and which one won.
-
-    Args:
-        contract: the contract.
-        name_or_tensor: an HF or Megatron tensor name, or a :class:`TensorInfo`.
-        inventory: the model; without it, a name is described by ``fp4convert.families`` when
-            that is available (else from the name alone, with notes saying what is unknown), and
-            layer-count exceptions that need the model are skipped with a note.
-        namespace: evaluate only this namespace's rules and name exceptions (the view one engine
-            has); None evaluates both (or, for a bare name nothing can map, treats it as HF).
-
-    Returns:
-        The explanation.
-
-    Raises:
-        MappingError: the name is not in ``inventory``.
-        ContractError: see :func:`resolve`.
-
-    Example:
-        >>> from fp4convert.contract.model import Contract
-        >>> c = Contract.model_validate({"version": 1, "name": "x", "default": "bf16",
-        ...     "rules": [{"kind": "glob", "namespace": "hf", "pattern": "*.mlp.experts.*",
-        ...                "format": "nvfp4"}]})
-        >>> t = TensorInfo("model.layers.0.mlp.experts.3.up_proj.weight", layer=0, gemm_weight=True)
-        >>> e = c.explain(t)
-        >>> e.winner.rule, [m.rule for m in e.decision.matched]
-        ('rules[0]', ['rules[0]', 'default'])
-    """
-    notes: tuple[str, ...] = ()
-    namespaces: frozenset[Namespace] = ALL_NAMESPACES
-    if isinstance(name_or_tensor, TensorInfo):
-        tensor = name_or_tensor
-    elif inventory is not None:
-        tensor, notes = _find_in_inventory(name_or_tensor, inventory)
-    else:
-        tensor, namespaces, notes = describe_tensor_name(name_or_tensor, namespace=namespace)
-    if namespace is not None:
-        namespaces = frozenset({namespace})
-    num_layers = inventory.num_layers if inventory is not None else None
-    num_mtp = inventory.num_mtp_layers if inventory is not None else 0
-    decision, resolve_notes = resolve(
-        contract, tensor, num_layers=num_layers, num_mtp_layers=num_mtp, namespaces=namespaces
-    )
-    return Explanation(tensor, decision, num_layers, namespaces, notes + resolve_notes)

@@ -38,7 +38,7 @@ __all__ = ["base_model_of", "render_card"]
 
 # Which library to name in the front matter. The three dialects are transformers-layout repos
 # (config.json + safetensors), which is what the Hub's library_name describes; which engine loads
-# which dialect is spelled out in the card's "Loading" section (checkpoint-formats.md sections 1.4, 3.5).
+# which dialect is spelled out in the card's "Loading" section (docs/dialects.md, "How engines load it").
 _LIBRARY = "transformers"
 _LOADING = {
     "modelopt": "SGLang, vLLM and TensorRT-LLM detect this ModelOpt checkpoint from `config.json` "
@@ -254,7 +254,8 @@ def render_card(
     Raises:
         HubError: the embedded contract is invalid or does not hash to the manifest's ``contract_sha256``.
 
-    Example:
+    Example (not run: it needs a converted checkpoint in ``out``):
+        >>> from fp4convert.checkpoint.manifest import read_manifest  # doctest: +SKIP
         >>> card = render_card(read_manifest("out"), repo_id="me/Qwen3-NVFP4",
         ...                    verification="OK: 120 checks passed")  # doctest: +SKIP
         >>> card.splitlines()[0]  # doctest: +SKIP

@@ -112,7 +112,7 @@ def test_emit_uses_the_model_for_layer_counts(capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().err == (
         "error[contract]: contract 'nvfp4-experts-per-token-last15pct-bf16': a fractional first/last layer "
         "count depends on the model's layer count\n"
-        "  hint: pass --model CONFIG_OR_DIR\n"
+        "  hint: give the model: --model CONFIG_OR_DIR, or num_layers= (and num_mtp_layers=) in Python\n"
     )
 
 

@@ -9,7 +9,6 @@ from click.testing import CliRunner
 from contract.helpers import CONTRACTS, TOY_MLA
 
 from fp4convert.cli import cli, main
-from fp4convert.contract import names
 
 DEEPSEEK = str(CONTRACTS / "deepseek-v3-mxfp8-mla-bf16.yaml")
 
@@ -68,29 +67,37 @@ def test_explain_mtp_layer_json() -> None:
     assert data["is_mtp"] is True
 
 
-def test_explain_a_bare_name_without_families(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(names, "family_function", lambda name: None)
-    result = CliRunner().invoke(
-        cli,
-        [
-            "explain",
-            DEEPSEEK,
-            "decoder.layers.2.self_attention.linear_kv_up_proj.weight",
-            "--namespace",
-            "megatron",
-        ],
-    )
+def test_explain_a_bare_name_the_families_know() -> None:
+    result = CliRunner().invoke(cli, ["explain", DEEPSEEK, "decoder.layers.2.self_attention.linear_kv_up_proj.weight"])
     assert result.exit_code == 0
     assert result.stdout == (
-        "tensor    decoder.layers.2.self_attention.linear_kv_up_proj.weight\n"
+        "tensor    model.layers.2.self_attn.kv_b_proj.weight\n"
+        "megatron  decoder.layers.2.self_attention.linear_kv_up_proj.weight\n"
+        "role      mla_projection, layer 2\n"
+        "format    bf16\n"
+        "reason    bf16 from bf16_exceptions.names.hf[0]: HF name contains '.kv_b_proj.'\n"
+        "matched, in precedence order (* won):\n"
+        "  * bf16_exceptions.names.hf[0]        bf16   HF name contains '.kv_b_proj.'\n"
+        "    bf16_exceptions.names.megatron[0]  bf16   Megatron name contains '.linear_kv_up_proj'\n"
+        "    rules[0]                           mxfp8  'all_linears_mxfp8': hf glob '*'\n"
+        "    rules[1]                           mxfp8  'all_linear_modules_mxfp8': megatron glob '*'\n"
+    )
+
+
+def test_explain_a_bare_name_no_family_knows() -> None:
+    name = "decoder.layers.2.self_attention.linear_kv_up_proj_extra.weight"
+    result = CliRunner().invoke(cli, ["explain", DEEPSEEK, name, "--namespace", "megatron"])
+    assert result.exit_code == 0
+    assert result.stdout == (
+        f"tensor    {name}\n"
         "role      other, layer 2\n"
         "format    bf16\n"
         "reason    bf16 from bf16_exceptions.names.megatron[0]: Megatron name contains '.linear_kv_up_proj'\n"
         "matched, in precedence order (* won):\n"
         "  * bf16_exceptions.names.megatron[0]  bf16   Megatron name contains '.linear_kv_up_proj'\n"
         "    rules[1]                           mxfp8  'all_linear_modules_mxfp8': megatron glob '*'\n"
-        "note: 'decoder.layers.2.self_attention.linear_kv_up_proj.weight' was described from its name alone: "
-        "fp4convert.families.describe_name is not available yet; "
+        f"note: '{name}' was described from its name alone: no model family recognises it (tensor `{name}` is "
+        "not a tensor of any supported family (deepseek_v3, llama, qwen2, qwen3, qwen3_moe)); "
         "it is treated as a GEMM weight of unknown role, "
         "matched as a Megatron name only (pass a model for the full picture)\n"
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from contract.helpers import TOY_MLA, TOY_MOE
 
-from fp4convert.contract.model_source import load_model_inventory
 from fp4convert.inventory import ModelInventory
+from fp4convert.model_source import load_model_inventory
 
 
 @pytest.fixture(scope="session")

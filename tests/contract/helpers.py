@@ -14,7 +14,7 @@ TOY_MOE = DATA / "toy_qwen3_moe.yaml"
 TOY_MLA = DATA / "toy_deepseek_v3.yaml"
 
 #: The reference environment of the per-token NVFP4 recipe with high-precision backward
-#: (shared/spec/background.md), line for line.
+#: (docs/recipe.md, "The environment"), line for line.
 SEED_ENVIRONMENT = """\
 NVTE_NVFP4_ROW_SCALED_ACTIVATION=1
 NVTE_BACKWARD_OVERRIDE=high_precision

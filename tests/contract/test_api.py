@@ -1,26 +1,8 @@
-"""The public surface of fp4convert.contract, and the examples in its docstrings."""
+"""The public surface of fp4convert.contract (its docstring examples run in tests/test_doctests.py)."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
-
-import pytest
-
 import fp4convert.contract
-
-MODULES = [
-    "diff",
-    "emit",
-    "footprint",
-    "lint",
-    "loader",
-    "model",
-    "model_source",
-    "names",
-    "patterns",
-    "resolve",
-]
 
 
 def test_public_names_are_exactly_these() -> None:
@@ -44,14 +26,3 @@ def test_public_names_are_exactly_these() -> None:
     ]
     for name in fp4convert.contract.__all__:
         assert getattr(fp4convert.contract, name) is not None
-
-
-@pytest.mark.parametrize("module", MODULES)
-def test_docstring_examples_run(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from contract.helpers import REPO
-
-    monkeypatch.chdir(REPO)  # examples name files relative to the repository root
-    imported = importlib.import_module(f"fp4convert.contract.{module}")
-    result = doctest.testmod(imported, optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0
-    assert result.attempted > 0

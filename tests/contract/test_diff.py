@@ -106,10 +106,10 @@ def test_identical_contracts_have_no_changes(toy_mla: ModelInventory) -> None:
     assert result.total_before == result.total_after
 
 
-def test_diff_to_dict(toy_moe: ModelInventory) -> None:
+def test_diff_to_json(toy_moe: ModelInventory) -> None:
     a = make_contract()
     b = make_contract(bf16_exceptions={"last_layers": 1})
-    data = diff_contracts(a, b, toy_moe).to_dict()
+    data = diff_contracts(a, b, toy_moe).to_json()
     assert data["changed_tensors"] == 12
     assert data["model"] == {"family": "toy_qwen3_moe", "num_layers": 4, "num_tensors": 87}
     assert [layer["layer"] for layer in data["layers"]] == [3]

@@ -26,7 +26,7 @@ TE_CONFIGS = {
     "training_recipe: {fp8_quantization_recipe: mxfp8}}\n",
     "bf16": "  bf16: {transformer_engine_config_type: TEQuantizationParams, training_recipe: {}}\n",
 }
-# The TE file of background.md: routed experts' fc1/fc2 NVFP4, everything else BF16.
+# The TE file of the per-token recipe (docs/recipe.md): routed experts' fc1/fc2 NVFP4, everything else BF16.
 PER_TOKEN_TE_BODY = (
     "configs:\n" + TE_CONFIGS["nvfp4"] + TE_CONFIGS["bf16"] + "matchers:\n"
     "  routed_experts_fc1_nvfp4: {type: glob, enabled: true, "
@@ -200,7 +200,7 @@ def test_megatron_args_need_the_layer_count_for_fractions_and_mtp() -> None:
     assert info.value.message == (
         "contract 'test': a fractional first/last layer count depends on the model's layer count"
     )
-    assert info.value.hint == "pass --model CONFIG_OR_DIR"
+    assert info.value.hint == "give the model: --model CONFIG_OR_DIR, or num_layers= (and num_mtp_layers=) in Python"
     assert "--num-layers-at-end-in-bf16 10" in emit(last, "megatron-args", num_layers=61).text
     mtp = make_contract(bf16_exceptions={"mtp_layers": True})
     with pytest.raises(ContractError, match="keeping MTP layers bf16"):

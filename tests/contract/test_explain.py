@@ -1,13 +1,13 @@
-"""``Contract.explain``: from a model, from a family, and from a bare name."""
+"""``Contract.explain`` from a model or a described tensor, and ``explain_name`` from a bare name."""
 
 from __future__ import annotations
 
 import pytest
 from contract.helpers import make_contract, rule
 
-from fp4convert.contract import names
 from fp4convert.errors import MappingError
-from fp4convert.inventory import ModelInventory, Role
+from fp4convert.inventory import ModelInventory, Role, TensorInfo
+from fp4convert.model_source import explain_name
 
 MLA_CONTRACT = {
     "rules": [rule("*", "mxfp8"), rule("*", "mxfp8", namespace="megatron")],
@@ -63,27 +63,25 @@ def test_explain_namespace_restricts_rules_and_name_exceptions(toy_mla: ModelInv
     assert megatron_view.namespaces == frozenset({"megatron"})
 
 
-def test_explain_without_families_uses_the_name_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(names, "family_function", lambda name: None)
+def test_explain_a_name_no_family_knows_uses_the_name_alone() -> None:
     contract = make_contract(rules=MLA_CONTRACT["rules"], bf16_exceptions={"last_layers": 2})
-    explanation = contract.explain("decoder.layers.3.self_attention.linear_kv_up_proj.weight", namespace="megatron")
+    explanation = explain_name(contract, "decoder.layers.3.self_attention.custom_up_proj.weight", namespace="megatron")
     assert explanation.tensor.layer == 3
     assert explanation.tensor.role is Role.OTHER
     assert explanation.decision.format == "mxfp8"  # no name exception in this contract; rules[1] wins
     assert explanation.decision.rule == "rules[1]"
     assert explanation.notes == (
-        "'decoder.layers.3.self_attention.linear_kv_up_proj.weight' was described from its name alone: "
-        "fp4convert.families.describe_name is not available yet; it is treated as a GEMM weight of unknown "
-        "role, matched as a Megatron name only (pass a model for the full picture)",
+        "'decoder.layers.3.self_attention.custom_up_proj.weight' was described from its name alone: "
+        "no model family recognises it (tensor `decoder.layers.3.self_attention.custom_up_proj.weight` is not a "
+        "tensor of any supported family (deepseek_v3, llama, qwen2, qwen3, qwen3_moe)); it is treated as a GEMM "
+        "weight of unknown role, matched as a Megatron name only (pass a model for the full picture)",
         "bf16_exceptions.last_layers was not evaluated: the model's layer count is unknown "
         "(pass a model to include it)",
     )
 
 
-def test_explain_without_a_model_uses_the_families_when_present() -> None:
-    if names.family_function("describe_name") is None:
-        pytest.skip("fp4convert.families.describe_name is not available in this tree")
-    explanation = make_contract(**MLA_CONTRACT).explain("model.layers.2.self_attn.kv_b_proj.weight")
+def test_explain_without_a_model_uses_the_families() -> None:
+    explanation = explain_name(make_contract(**MLA_CONTRACT), "model.layers.2.self_attn.kv_b_proj.weight")
     assert explanation.tensor.role is Role.MLA_PROJECTION
     assert explanation.tensor.megatron_name == "decoder.layers.2.self_attention.linear_kv_up_proj.weight"
     assert explanation.namespaces == frozenset({"hf", "megatron"})
@@ -91,20 +89,33 @@ def test_explain_without_a_model_uses_the_families_when_present() -> None:
     assert explanation.notes == ()
 
 
-def test_explain_names_no_family_knows_fall_back_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    def unknown(name: str) -> None:
-        raise MappingError("tensor `x` is not a tensor of any supported family", tensor=name)
-
-    monkeypatch.setattr(names, "family_function", lambda name: unknown)
-    explanation = make_contract().explain("model.layers.1.custom.weight")
+def test_explain_names_no_family_knows_fall_back_with_the_reason() -> None:
+    explanation = explain_name(make_contract(), "model.layers.1.custom.weight")
+    assert explanation.namespaces == frozenset({"hf"})
     assert explanation.notes[0].startswith(
         "'model.layers.1.custom.weight' was described from its name alone: no model family recognises it "
-        "(tensor `x` is not a tensor of any supported family);"
+        "(tensor `model.layers.1.custom.weight` is not a tensor of any supported family"
     )
 
 
-def test_explanation_to_dict_is_plain_data(toy_mla: ModelInventory) -> None:
-    data = make_contract(**MLA_CONTRACT).explain("model.layers.0.mlp.up_proj.weight", toy_mla).to_dict()
+def test_a_bare_name_without_the_model_is_refused() -> None:
+    with pytest.raises(MappingError) as info:
+        make_contract().explain("model.layers.1.mlp.up_proj.weight")
+    assert info.value.message == (
+        "tensor 'model.layers.1.mlp.up_proj.weight' is only a name: without the model it belongs to, the "
+        "contract cannot tell its role, layer or Megatron name"
+    )
+
+
+def test_a_described_tensor_carries_the_callers_notes() -> None:
+    tensor = TensorInfo("model.layers.1.mlp.up_proj.weight", layer=1, gemm_weight=True)
+    explanation = make_contract().explain(tensor, notes=("described by hand",))
+    assert explanation.notes == ("described by hand",)
+    assert explanation.num_layers is None
+
+
+def test_explanation_to_json_is_plain_data(toy_mla: ModelInventory) -> None:
+    data = make_contract(**MLA_CONTRACT).explain("model.layers.0.mlp.up_proj.weight", toy_mla).to_json()
     assert data == {
         "tensor": "model.layers.0.mlp.up_proj.weight",
         "megatron_name": "decoder.layers.0.mlp.linear_fc1.weight",
@@ -125,10 +136,3 @@ def test_explanation_to_dict_is_plain_data(toy_mla: ModelInventory) -> None:
         ],
         "notes": [],
     }
-
-
-def test_layer_from_name() -> None:
-    assert names.layer_from_name("model.layers.12.mlp.gate.weight") == 12
-    assert names.layer_from_name("module.module.decoder.layers.7.mlp.router.weight") == 7
-    assert names.layer_from_name("mtp.layers.0.eh_proj.weight") is None
-    assert names.layer_from_name("lm_head.weight") is None

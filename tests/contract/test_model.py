@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from fp4convert.contract import Contract, LayerFraction, contract_hash, load_contract, parse_contract
-from fp4convert.contract.model import BF16Exceptions, QuantizerProfile
+from fp4convert.contract.sections import BF16Exceptions, QuantizerProfile
 
 
 def test_minimal_contract_gets_documented_defaults() -> None:

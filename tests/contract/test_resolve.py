@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fp4convert.contract import Contract
-from fp4convert.contract.model_source import load_model_inventory
 from fp4convert.contract.resolve import decide_all, resolve
 from fp4convert.errors import ContractError, MappingError
 from fp4convert.inventory import FusedKind, ModelInventory, Role, TensorInfo
+from fp4convert.model_source import load_model_inventory
 
 EXPERT_UP = TensorInfo(
     "model.layers.3.mlp.experts.7.up_proj.weight",

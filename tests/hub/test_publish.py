@@ -146,7 +146,7 @@ def test_an_existing_repo_with_other_content_is_refused_then_replaced(hub, outpu
         match=rf"^{REPO}@main already holds different content: 14 of the 14 files to "
         r"publish are missing or differ there, 1 of its files are not in .* "
         r"\(e\.g\. model\.safetensors, README\.md, config\.json\); publish to a new "
-        r"repo or branch \(--revision\), or pass --replace",
+        r"repo or branch \(--revision, revision=\), or replace its content \(--replace, replace=True\)",
     ):
         publish(pub)
     assert hub.history(REPO)[0].oid == before and not hub.requested("POST", "/commit/")

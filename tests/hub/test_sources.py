@@ -116,7 +116,7 @@ def test_unreachable_hub_and_not_cached_says_so(hub, source_repo):
 def test_missing_repo_revision_and_weights(hub, source_repo):
     with pytest.raises(HubError, match=r"^no repo Qwen/absent on http://127\.0\.0\.1:\d+, or it is private"):
         resolve_source("Qwen/absent")
-    with pytest.raises(HubError, match=rf"^{REPO} has no revision 'v9' on .*; pass an existing branch"):
+    with pytest.raises(HubError, match=rf"^{REPO} has no revision 'v9' on .*; give an existing branch"):
         resolve_source(REPO, revision="v9")
     hub.push("Qwen/pickles-only", {"config.json": b"{}", "pytorch_model.bin": PICKLE})
     with pytest.raises(
@@ -140,7 +140,9 @@ def test_private_repo_needs_the_owners_token(hub, source_files, monkeypatch):
 
 def test_local_folder_with_a_revision_is_refused(tiny_checkpoint):
     folder = tiny_checkpoint("qwen3_moe")
-    with pytest.raises(HubError, match=r"^--revision main applies to Hub repo ids, but .* is a local path"):
+    with pytest.raises(
+        HubError, match=r"^revision main \(--revision\) applies to Hub repo ids, but .* is a local path"
+    ):
         resolve_source(folder, revision="main")
 
 
@@ -167,5 +169,7 @@ def test_model_config_passthrough_and_errors(hub, source_repo):
     hub.push("Qwen/no-config", {"model.safetensors": b"\0" * 16})
     with pytest.raises(HubError, match=r"^Qwen/no-config \(revision main\) has no config\.json"):
         resolve_model_config("Qwen/no-config")
-    with pytest.raises(HubError, match=r"^--revision v1 applies to Hub repo ids, but DeepSeek-V3 is a local"):
+    with pytest.raises(
+        HubError, match=r"^revision v1 \(--revision\) applies to Hub repo ids, but DeepSeek-V3 is a local"
+    ):
         resolve_model_config("DeepSeek-V3", revision="v1")
