@@ -30,7 +30,7 @@ class SourceReader:
     own thread (sha256 is the costliest step after quantizing), at most a few tensors behind.
     Safe to call :meth:`read` from several threads.
 
-    Example:
+    Example (not run: it needs a checkpoint folder ``ckpt``):
         >>> reader = SourceReader(open_checkpoint("ckpt"))  # doctest: +SKIP
         >>> w = reader.read("model.norm.weight"); hashes = reader.shard_hashes(); reader.close()  # doctest: +SKIP
     """

@@ -241,8 +241,12 @@ class StreamingWriter:
     to a temporary name and rename once :meth:`close` succeeded).
 
     Example:
-        >>> w = StreamingWriter(path, [("a", "F32", (2,))])  # doctest: +SKIP
-        >>> w.write("a", torch.ones(2)); w.close()  # doctest: +SKIP
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "a.safetensors"
+        >>> w = StreamingWriter(path, [("a", "F32", (2,))])
+        >>> w.write("a", torch.ones(2)); w.close()
+        >>> read_header(path)[0]["a"].shape, w.sha256["a"][:12]
+        ((2,), '80b8fd6d60fa')
     """
 
     def __init__(

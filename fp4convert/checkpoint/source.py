@@ -151,7 +151,7 @@ def inventory_from_checkpoint(directory: str | Path) -> ModelInventory:
         MappingError: a tensor is not part of the family, or is ambiguous.
         CheckpointError: files are missing, unreadable or outside the checkpoint.
 
-    Example:
+    Example (not run: it needs a checkpoint folder):
         >>> inventory_from_checkpoint("path/to/Qwen3-8B").num_layers  # doctest: +SKIP
         36
     """

@@ -182,7 +182,7 @@ def convert_checkpoint(
         ConversionError: the plan was refused (every problem listed) or the destination is unusable.
         ContractError, MappingError, CheckpointError: bad contract, unknown tensor names, bad files.
 
-    Example:
+    Example (not run: it downloads and converts a 30B-parameter checkpoint):
         >>> convert_checkpoint("Qwen/Qwen3-30B-A3B", "out", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
     from fp4convert.hub import resolve_source

@@ -95,7 +95,7 @@ def export_hf(
         MappingError: an unmapped name, a tensor whose shape does not fit the config (not TP
             gathered?), an expert id outside the EP rank, or a group left incomplete at the end.
 
-    Example:
+    Example (not run: it needs a model's state dict and config):
         >>> megatron = hf_to_megatron(hf_state_dict, "qwen3_moe", config)  # doctest: +SKIP
         >>> for name, tensor in export_hf(megatron.items(), contract="nvfp4-experts-per-token",
         ...                               family="qwen3_moe", config=config):  # doctest: +SKIP

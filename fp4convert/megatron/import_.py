@@ -194,7 +194,7 @@ def import_hf(
         ConversionError: the destination is unusable.
         CheckpointError: unreadable source files.
 
-    Example:
+    Example (not run: it needs the Qwen3-30B-A3B checkpoint):
         >>> import_hf("Qwen3-30B-A3B", "qwen3-megatron", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
     from fp4convert.hub import resolve_source

@@ -121,7 +121,7 @@ class ExportValidator:
         max_batch_bytes: BF16 master bytes quantized in one batch (bounds the extra memory).
         max_diagnosed: failing modules diagnosed in full; the rest are only reported.
 
-    Example:
+    Example (not run: it needs a Megatron model and an exporter):
         >>> validator = ExportValidator(contract="nvfp4-experts-per-token", config=config)  # doctest: +SKIP
         >>> report = validator(dict(export_hf(params, ...)), dict(model.named_parameters()))  # doctest: +SKIP
         >>> report.raise_if_failed()  # doctest: +SKIP
@@ -457,7 +457,7 @@ def validate_export(
         ConversionError, ContractError, MappingError: the contract cannot be exported on this
             model, or the master holds names that are not this model's.
 
-    Example:
+    Example (not run: it needs a model's state dict and config):
         >>> megatron = hf_to_megatron(hf_state_dict, "qwen3_moe", config)  # doctest: +SKIP
         >>> kwargs = {"contract": "nvfp4-experts-per-token", "family": "qwen3_moe", "config": config}  # doctest: +SKIP
         >>> exported = dict(export_hf(megatron.items(), **kwargs))  # doctest: +SKIP
@@ -529,7 +529,7 @@ def validate_export_files(
     Raises:
         CheckpointError: unreadable files, or no config.json.
 
-    Example:
+    Example (not run: it needs an exporter's dump and a master checkpoint):
         >>> report = validate_export_files("dump/", "Qwen3-30B-A3B/", contract="nvfp4-experts-per-token")
         ... # doctest: +SKIP
         >>> report.ok, report.summary()  # doctest: +SKIP

@@ -11,7 +11,7 @@ Totals per role, rule and format cover the *decoder model*: multi-token-predicti
 counted on their own (``Plan.total(mtp=True)``), because published model sizes leave them out
 (DeepSeek-V3: 671B without its 14B MTP layer). Totals per layer cover every layer.
 
-Example:
+Example (not run: deciding DeepSeek-V3's 46k tensors takes seconds):
     >>> from fp4convert.contract import load_contract
     >>> from fp4convert.families import inventory_from_config
     >>> plan = build_plan(load_contract("contracts/nvfp4-experts-per-token.yaml"),

@@ -171,7 +171,7 @@ def verify_checkpoint(
     Returns:
         A :class:`VerifyReport` (``report.ok`` is the verdict).
 
-    Example:
+    Example (not run: it needs a converted checkpoint in ``out`` and its source):
         >>> verify_checkpoint("out", source="Qwen3-30B-A3B").ok  # doctest: +SKIP
         True
     """
