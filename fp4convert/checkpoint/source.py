@@ -203,7 +203,7 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
         raise CheckpointError(f"source {root} is not a directory", hint="pass a local HF checkpoint or a Hub repo id")
     config_path = root / "config.json"
     if not config_path.is_file():
-        raise CheckpointError(f"{root} has no config.json", hint="point at the model's top folder", file=str(root))
+        raise CheckpointError(f"no config.json at {root}", hint="point at the model's top folder", file=str(root))
     config = _read_json(config_path)
     files = sorted(p.name for p in root.iterdir() if p.is_file())
     shard_names = [f for f in files if f.endswith(".safetensors")]

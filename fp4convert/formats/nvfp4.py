@@ -19,7 +19,7 @@ from fp4convert.formats import profiles
 from fp4convert.formats.codecs import e2m1_decode, nan_ignoring_abs, pack_fp4, unpack_fp4
 from fp4convert.formats.spec import NVFP4_BLOCK
 
-__all__ = ["NVFP4Tensor", "dequantize_nvfp4", "nvfp4_matrix_reference", "quantize_nvfp4"]
+__all__ = ["NVFP4Tensor", "dequantize_nvfp4", "nvfp4_matrix_reference", "quantize_nvfp4", "tile_amax"]
 
 Tile = Literal["1x16", "16x16"]
 Scope = Literal["tensor", "row", "expert"]
@@ -152,8 +152,8 @@ def _per_row(amax: torch.Tensor, scope: str, shape: torch.Size) -> torch.Tensor:
     return amax.repeat_interleave(shape[-2])
 
 
-def _tile_amax(x: torch.Tensor) -> torch.Tensor:
-    """16x16 tile amax repeated for each of the tile's 16 rows: ``(M, cols/16)``."""
+def tile_amax(x: torch.Tensor) -> torch.Tensor:
+    """16x16 tile amax (NaN ignored) repeated for each of the tile's 16 rows: ``(M, cols/16)``."""
     a = nan_ignoring_abs(x).reshape(-1, NVFP4_BLOCK, x.shape[-1] // NVFP4_BLOCK, NVFP4_BLOCK)
     tiles = a.amax(dim=(1, 3))
     return tiles.repeat_interleave(NVFP4_BLOCK, dim=0)
@@ -195,7 +195,7 @@ def _quantize_rowwise(
     cols = x.shape[-1]
     x2d = x.reshape(-1, cols)
     row_amax = _per_row(amax, scope, x.shape)
-    block_amax = _tile_amax(x) if tile == "16x16" else None
+    block_amax = tile_amax(x) if tile == "16x16" else None
     if backend == "reference":
         data, scale = nvfp4_matrix_reference(x2d, row_amax, profile, block_amax)
     else:

@@ -89,16 +89,37 @@ class OuterScales:
     mult: torch.Tensor
 
 
-def outer_scales(amax: torch.Tensor, profile: Profile) -> OuterScales:
-    """Compute the outer scales for each amax under ``profile`` (see the module table)."""
+def outer_scales(
+    amax: torch.Tensor,
+    profile: Profile,
+    *,
+    encode_scale: torch.Tensor | None = None,
+    decode_scale: torch.Tensor | None = None,
+) -> OuterScales:
+    """Compute the outer scales for each amax under ``profile`` (see the module table).
+
+    Args:
+        amax: float32 amaxes, any shape (one per scope unit).
+        profile: the profile.
+        encode_scale: impose ``S_enc`` (not modelopt): ``S_dec`` and ``mult`` then follow from it,
+            as in an exporter that computed ``S_enc`` its own way.
+        decode_scale: impose the decode scale the blocks are encoded with: TE's ``S_dec`` (the
+            block scales still follow ``S_enc`` from the amax: an exporter whose ``1 / S_enc`` is
+            approximate), or ModelOpt's ``s2`` (its ``mult`` follows from it).
+    """
     a = amax.float()
     if profile == "modelopt":
-        s2 = torch.div(a, _const(NVFP4_GLOBAL_MAX, a))
+        if encode_scale is not None:
+            raise FormatError("the modelopt profile has no encode scale to impose", hint="impose decode_scale (s2)")
+        s2 = torch.div(a, _const(NVFP4_GLOBAL_MAX, a)) if decode_scale is None else decode_scale.float()
         return OuterScales(a, torch.div(_const(1.0, a), s2), s2, s2 * E2M1.max)
-    s_enc = torch.div(_const(NVFP4_GLOBAL_MAX, a), a)
-    s_enc = torch.where(s_enc.isinf(), _const(FLT_MAX, a), s_enc)
-    s_enc = torch.where((a == 0) | (s_enc == 0), _const(1.0, a), s_enc)
-    s_dec = torch.div(_const(1.0, a), s_enc)
+    if encode_scale is None:
+        s_enc = torch.div(_const(NVFP4_GLOBAL_MAX, a), a)
+        s_enc = torch.where(s_enc.isinf(), _const(FLT_MAX, a), s_enc)
+        s_enc = torch.where((a == 0) | (s_enc == 0), _const(1.0, a), s_enc)
+    else:
+        s_enc = encode_scale.float().expand_as(a)
+    s_dec = torch.div(_const(1.0, a), s_enc) if decode_scale is None else decode_scale.float().expand_as(a)
     if profile == "te":
         mult = s_enc * torch.div(_const(1.0, a), _const(E2M1.max, a))
     else:  # te-2.13 multiplies by S_enc after dividing the block amax by 6

@@ -36,7 +36,7 @@ from fp4convert.plan import (
     uncalibrated_modules,
 )
 
-__all__ = ["ExportPlan", "PlannedTensor", "export_plan", "fused_members_phrase"]
+__all__ = ["ExportPlan", "export_plan", "fused_members_phrase"]
 
 ContractLike = Contract | str | Path
 DialectLike = Dialect | str
