@@ -3,7 +3,7 @@
 A dialect maps one planned tensor (its :class:`~fp4convert.inventory.TensorInfo` and contract
 :class:`~fp4convert.contract.Decision`) to the tensors an engine expects on disk, and writes the
 ``quantization_config`` and side files that route the engine to its loader
-(checkpoint-formats.md sections 1-3). It never reads or writes files itself.
+(docs/dialects.md). It never reads or writes files itself.
 """
 
 from __future__ import annotations

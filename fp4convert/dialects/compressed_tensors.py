@@ -1,4 +1,4 @@
-"""compressed-tensors dialect (checkpoint-formats.md section 3): loadable by plain transformers.
+"""compressed-tensors dialect (docs/dialects.md, ``compressed-tensors``): loadable by plain transformers.
 
 NVFP4 (``nvfp4-pack-quantized``): ``weight_packed`` (U8), ``weight_scale`` (F8_E4M3),
 ``weight_global_scale`` (F32 ``[1]``) and, when activations are calibrated, ``input_global_scale``.

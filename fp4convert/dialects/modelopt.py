@@ -1,4 +1,4 @@
-"""ModelOpt HF export dialect (checkpoint-formats.md section 1): what SGLang, vLLM and TRT-LLM load.
+"""ModelOpt HF export dialect (docs/dialects.md, ``modelopt``): what SGLang, vLLM and TRT-LLM load.
 
 NVFP4 modules: ``weight`` (U8 ``[out, in/2]``), ``weight_scale`` (F8_E4M3 ``[out, in/16]``,
 row-major, unswizzled), ``weight_scale_2`` (F32 ``[]``, the global *decode* scale) and

@@ -1,4 +1,4 @@
-"""SGLang / Miles MXFP8 dialect (checkpoint-formats.md section 2.2): ``quant_method: "mxfp8"``.
+"""SGLang / Miles MXFP8 dialect (docs/dialects.md, ``sglang-mxfp8``): ``quant_method: "mxfp8"``.
 
 Modules: ``weight`` (F8_E4M3 ``[out, in]``) and ``weight_scale_inv`` (U8 E8M0 ``[out, in/32]``);
 activations are quantized dynamically, so there is no input scale and no hf_quant_config.json.

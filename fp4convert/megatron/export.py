@@ -1,6 +1,6 @@
 """Live weight export: Megatron-named BF16 parameters in, the sampler's HF-named tensors out.
 
-This is what an RL framework runs after every update (checkpoint-formats.md section 4.5): take the
+This is what an RL framework runs after every update (docs/live-export.md): take the
 learner's parameters (tensor-parallel shards already gathered, expert ids local to the EP rank),
 apply the family transforms (QKV split per query group, ``linear_fc1`` into gate/up, local expert
 ids to global ones), quantize every tensor exactly as the contract and the converter do, and hand

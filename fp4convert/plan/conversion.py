@@ -129,6 +129,11 @@ def validate_conversion(plan: ConversionPlan, calibration: Mapping[str, float] |
         ConversionError: with one line per problem in the message.
     """
     problems = plan_problems(plan.contract, plan.dialect, plan.items)
+    if not any(item.quantized for item in plan.items):
+        problems.append(
+            f"contract {plan.contract.name!r} keeps every tensor of this {plan.inventory.family} model in high "
+            "precision: there is nothing to quantize (the source already is that checkpoint)"
+        )
     if not plan.contract.formats.nvfp4.per_token_activations:
         missing = uncalibrated_modules(plan.items, plan.dialect, calibration)
         if missing:

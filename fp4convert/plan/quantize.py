@@ -4,7 +4,8 @@ Everything that writes or checks quantized bytes goes through :func:`quantize_te
 converter, ``verify --source``, the live Megatron export and the export validator's diagnostics,
 so all of them hold the bytes the converter writes for the same contract. Fused siblings (gate/up,
 q/k/v, MLA q_a/kv_a) share one FP32 outer scale: their amax is the maximum of the members'
-NaN-ignoring amaxes (docs/formats.md, shared scales), and they share one calibrated input scale.
+NaN-ignoring amaxes (docs/dialects.md, "Fused siblings share the outer scale"), and they share
+one calibrated input scale.
 """
 
 from __future__ import annotations

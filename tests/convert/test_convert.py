@@ -213,6 +213,13 @@ def test_refusals_are_listed_before_anything_is_written(tiny_checkpoint, tmp_pat
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
 
 
+@pytest.mark.parametrize("dialect", ["modelopt", "compressed-tensors", "sglang-mxfp8"])
+def test_a_contract_that_quantizes_nothing_is_refused_before_writing(tiny_checkpoint, tmp_path, dialect):
+    with pytest.raises(ConversionError, match=r"keeps every tensor of this llama model in high precision"):
+        convert_checkpoint(tiny_checkpoint("llama"), tmp_path / "o", contract=NVFP4_EXPERTS, dialect=dialect)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
+
+
 CALIBRATED = """version: 1
 name: nvfp4-experts-calibrated
 formats: {nvfp4: {per_token_activations: false}}
