@@ -48,26 +48,11 @@ _WEIGHTS = {
         "scale_dtype": "torch.uint8",
     },
 }
+# Activations are quantized as the weights are, but dynamically (NVFP4: a static global scale,
+# dynamic local block scales).
 _INPUTS = {
-    "nvfp4": {
-        "num_bits": 4,
-        "type": "float",
-        "symmetric": True,
-        "group_size": 16,
-        "strategy": "tensor_group",
-        "dynamic": "local",
-        "scale_dtype": "torch.float8_e4m3fn",
-        "observer": "static_minmax",
-    },
-    "mxfp8": {
-        "num_bits": 8,
-        "type": "float",
-        "symmetric": True,
-        "group_size": 32,
-        "strategy": "group",
-        "dynamic": True,
-        "scale_dtype": "torch.uint8",
-    },
+    "nvfp4": {**_WEIGHTS["nvfp4"], "dynamic": "local", "observer": "static_minmax"},
+    "mxfp8": {**_WEIGHTS["mxfp8"], "dynamic": True},
 }
 
 

@@ -28,7 +28,7 @@ import torch
 
 from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
-from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
+from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.contract.emit import emit
@@ -105,10 +105,7 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: Expert
         target.name, target.dtype, target.shape = name, dtype_name(tensor.dtype), tuple(tensor.shape)
         target.file = source.tensor_file[target.members[0].name]
     files = [f for f in source.shards if any(t.file == f for t in targets)]
-    names = {
-        f: "model.safetensors" if len(files) == 1 else f"model-{n + 1:05d}-of-{len(files):05d}.safetensors"
-        for n, f in enumerate(files)
-    }
+    names = dict(zip(files, output_shard_names(len(files)), strict=True))
     for target in targets:
         target.file = names[target.file]
     return targets
