@@ -1,12 +1,15 @@
-"""Quantizer throughput and peak memory on a 4096x14336 bf16 weight (issue 2 targets).
+"""Quantizer throughput and peak memory on a 4096x14336 bf16 weight (issue 2 and 18 targets).
 
-Prints GB/s of bf16 input for NVFP4 1x16 and MXFP8, on the CPU (native kernel) and on CUDA
-(Triton) when present, each against a peer run in the same process: fp4convert's own pure-torch
-reference, ModelOpt's NVFP4QTensor.quantize and torchao's to_mx (RCEIL), when installed.
+Prints GB/s of bf16 input for NVFP4 (profile ``te``, 1x16 and 16x16 tiles), TE's 4over6 profiles
+next to it (``te-4over6-mae``, ``te-4over6-mse-256``: two candidates and their errors per block)
+and MXFP8, on the CPU (native kernel) and on CUDA (Triton) when present, each against peers run in
+the same process: fp4convert's own pure-torch reference, ModelOpt's NVFP4QTensor.quantize and
+torchao's to_mx (RCEIL), when installed. ``vs te`` is a 4over6 row's time over the ``te`` row of
+the same tile and device.
 
     python bench/quantize.py [--device cpu|cuda|all] [--repeat 5] [--json]
 
-Targets: >= 0.3 GB/s on the 2-core CPU, >= 200 GB/s on an H200.
+Targets: >= 0.3 GB/s on the 2-core CPU, >= 200 GB/s on an H200 (NVFP4 te).
 """
 
 from __future__ import annotations
@@ -62,13 +65,25 @@ def _peers(x: torch.Tensor) -> dict[str, Callable[[], object]]:
     return peers
 
 
+FOUR_OVER_SIX = ("te-4over6-mae", "te-4over6-mse-256")
+
+
 def run(device: str, repeat: int) -> list[dict[str, object]]:
     x = torch.randn(SHAPE, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16).to(device)
     gigabytes = x.numel() * x.element_size() / 1e9
     cases: dict[str, Callable[[], object]] = {
         "nvfp4:fp4convert": lambda: quantize_nvfp4(x),
+        "nvfp4:fp4convert 16x16": lambda: quantize_nvfp4(x, tile="16x16"),
+    }
+    for profile in FOUR_OVER_SIX:
+        cases[f"nvfp4:fp4convert {profile}"] = lambda p=profile: quantize_nvfp4(x, profile=p)
+        cases[f"nvfp4:fp4convert 16x16 {profile}"] = lambda p=profile: quantize_nvfp4(x, tile="16x16", profile=p)
+    cases |= {
         "mxfp8:fp4convert": lambda: quantize_mxfp8(x),
         "nvfp4:fp4convert reference (eager torch)": lambda: quantize_nvfp4(x, backend="reference"),
+        "nvfp4:fp4convert reference te-4over6-mae": lambda: quantize_nvfp4(
+            x, profile="te-4over6-mae", backend="reference"
+        ),
         "mxfp8:fp4convert reference (eager torch)": lambda: quantize_mxfp8(x, backend="reference"),
         **_peers(x),
     }
@@ -95,6 +110,12 @@ def run(device: str, repeat: int) -> list[dict[str, object]]:
         for r in rows:
             if r["format"] == fmt:
                 r["speedup_of_fp4convert"] = r["seconds"] / ours["seconds"]
+    for r in rows:
+        impl = str(r["impl"])
+        for profile in FOUR_OVER_SIX:
+            if impl.startswith("fp4convert") and impl.endswith(profile) and "reference" not in impl:
+                te = next(t for t in rows if t["impl"] == impl[: -len(profile)].rstrip())
+                r["vs_te"] = r["seconds"] / te["seconds"]
     return rows
 
 
@@ -112,13 +133,18 @@ def main() -> None:
         return
     gigabytes = SHAPE[0] * SHAPE[1] * 2 / 1e9
     print(f"input: {SHAPE[0]}x{SHAPE[1]} bf16 ({gigabytes:.3f} GB), torch threads {torch.get_num_threads()}")
-    print(f"{'device':6} {'format':6} {'implementation':42} {'GB/s':>9} {'ms':>9} {'peak MB':>9} {'fp4convert x':>12}")
+    print(
+        f"{'device':6} {'format':6} {'implementation':42} {'GB/s':>9} {'ms':>9} {'peak MB':>9} "
+        f"{'fp4convert x':>12} {'vs te':>6}"
+    )
     for r in rows:
+        vs_te = f"{r['vs_te']:6.2f}" if "vs_te" in r else ""
         print(
             f"{r['device']:6} {r['format']:6} {r['impl']:42} {r['gb_per_s']:9.3f} {r['seconds'] * 1e3:9.1f} "
-            f"{r['peak_mb']:9.0f} {r['speedup_of_fp4convert']:12.1f}"
+            f"{r['peak_mb']:9.0f} {r['speedup_of_fp4convert']:12.1f} {vs_te}"
         )
     print("peak MB: CUDA max allocated per case; CPU peak RSS of the process so far (cumulative)")
+    print("fp4convert x: time / time of the plain fp4convert row of the format; vs te: 4over6 time / te time")
 
 
 if __name__ == "__main__":

@@ -22,16 +22,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fp4convert"
 ROOT = "fp4convert"
 #: The one import across siblings the README allows (importer, imported).
 EXCEPTIONS = {("convert", "verify")}
 EXCEPTION_SENTENCE = "`convert` may import `verify`"
-#: Interim: the formats branch (h/formats) removes the one cycle left, kernels <-> nvfp4/mxfp8.
-PENDING = "the formats/kernels cycle left for the formats refactor"
 
 
 @dataclass(frozen=True)
@@ -250,7 +246,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return result
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING)
 def test_no_import_cycles() -> None:
     modules = all_modules()
     graph: dict[str, set[str]] = {module: set() for module in modules}

@@ -1,17 +1,34 @@
-"""``fp4convert explain FILE TENSOR_NAME``: why a tensor gets its format under a contract."""
+"""``fp4convert explain FILE TENSOR_NAME``: why a tensor gets its format under a contract.
+
+With a 4over6 contract and ``--model CHECKPOINT_DIR``, it also counts which candidate each block of
+the tensor takes (:func:`fp4convert.candidates.four_over_six_counts`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from fp4convert.candidates import four_over_six_counts
 from fp4convert.cli import options
 from fp4convert.cli.render import echo_json
 from fp4convert.contract import Explanation, load_contract
 from fp4convert.model_source import explain_name
 
 __all__ = ["explain"]
+
+
+def _counts_line(counts: dict[str, Any]) -> str:
+    if "note" in counts:
+        return f"4over6    {counts['profile']}: {counts['note']}"
+    blocks, map4 = counts["blocks"], counts["map4"]
+    per_tile = "; one choice per 16x16 tile" if counts["tile"] == "16x16" else ""
+    return (
+        f"4over6    {counts['profile']}: map-to-4 in {map4} of {blocks} blocks ({100 * map4 / blocks:.1f}%), "
+        f"map-to-6 in {counts['map6']}{per_tile}"
+    )
 
 
 def _tensor_lines(explanation: Explanation) -> list[str]:
@@ -65,14 +82,17 @@ def render(explanation: Explanation) -> str:
 @options.json_output
 def explain(file: Path, tensor_name: str, model: str | None, namespace: str | None, as_json: bool) -> None:
     """Explain the format FILE gives TENSOR_NAME (an HF or Megatron name): every entry that matched it,
-    in precedence order, and the one that won."""
+    in precedence order, and the one that won. Under a 4over6 contract with --model CHECKPOINT_DIR,
+    also count which candidate (map-to-4 / map-to-6) each block of the tensor takes."""
+    contract, inventory = load_contract(file), options.load_model(model)
     explanation = explain_name(
-        load_contract(file),
+        contract,
         tensor_name,
-        options.load_model(model),
+        inventory,
         namespace=namespace,  # type: ignore[arg-type]  # click.Choice guarantees a Namespace
     )
+    counts = four_over_six_counts(contract, explanation, inventory, model)
     if as_json:
-        echo_json(explanation)
+        echo_json(explanation.to_json() | ({"four_over_six": counts} if counts is not None else {}))
     else:
-        click.echo(render(explanation))
+        click.echo(render(explanation) + ("" if counts is None else "\n" + _counts_line(counts)))

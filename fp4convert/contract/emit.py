@@ -24,10 +24,20 @@ Targets (``--target``):
 ``sglang-args``
     ``--quantization modelopt_fp4`` (NVFP4 checkpoints) or ``mxfp8``, and ``--kv-cache-dtype``.
 
+``vllm-args``
+    ``--kv-cache-dtype`` and, for per-token NVFP4 activations, vLLM's own switch
+    ``--quantization-config '{"moe": {"activation": "nvfp4_per_token"}}'`` (vLLM's
+    ``QuantizationConfigArgs``; it applies to the ModelOpt dialect's routed experts only and needs
+    the FlashInfer TRT-LLM MoE backend). vLLM reads the checkpoint's own ``quant_method``, so no
+    ``--quantization`` is written; which dialects vLLM loads, and what a per-token checkpoint's dense
+    linears run as there, go to the notes.
+
 ``env``
     The environment of ``docs/recipe.md``: TransformerEngine's NVFP4 switches and backward override,
     TensorRT-LLM / FlashInfer fast-math FP4 quantization off, SGLang per-token activations.
-    Switches are always written with an explicit value (``=0`` when off), never left out.
+    Switches are always written with an explicit value (``=0`` when off), never left out. A
+    ``four_over_six`` contract adds TransformerEngine's and FlashInfer's 4over6 switches
+    (docs/formats.md, "4over6"): mode, E4M3 bound (the two engines' defaults differ), exact error.
 
 Every target prints one item per line (flags with their values, or ``KEY=VALUE``), so the output
 can be spliced into a command line (``$(fp4convert contract emit ...)``) or sourced. What a target
@@ -50,7 +60,7 @@ from fp4convert.errors import ContractError
 
 __all__ = ["TARGETS", "Emitted", "Target", "emit"]
 
-Target = Literal["te-yaml", "megatron-args", "sglang-args", "env"]
+Target = Literal["te-yaml", "megatron-args", "sglang-args", "vllm-args", "env"]
 TARGETS: tuple[str, ...] = get_args(Target)
 
 _TE_RECIPES: dict[Format, str] = {
@@ -301,6 +311,31 @@ def _sglang_args(contract: Contract) -> Emitted:
     return Emitted(_lines([shlex.join(arg) for arg in args]), notes)
 
 
+#: vLLM's name of its per-token NVFP4 activation quantization (vllm/config/quantization.py QUANT_KEY_NAMES)
+VLLM_PER_TOKEN_ACTIVATION = "nvfp4_per_token"
+_VLLM_KV_CACHE = {"bf16": "bfloat16", "fp8_e4m3": "fp8_e4m3"}
+
+
+def _vllm_args(contract: Contract) -> Emitted:
+    low = _low_precision(contract)
+    args = [["--kv-cache-dtype", _VLLM_KV_CACHE[contract.kv_cache]]]
+    notes: tuple[str, ...] = ()
+    if "mxfp8" in low:
+        notes += (
+            "vLLM loads MXFP8 from the modelopt and compressed-tensors dialects; it reads an sglang-mxfp8 "
+            "checkpoint's `quant_method: mxfp8` as ModelOpt MXFP8 (`weight_scale`, `ignored_layers`) and fails",
+        )
+    if "nvfp4" in low and contract.formats.nvfp4.per_token_activations:
+        switch = json.dumps({"moe": {"activation": VLLM_PER_TOKEN_ACTIVATION}})
+        args.append(["--quantization-config", switch])
+        notes += (
+            "vLLM quantizes activations per token only in ModelOpt-dialect NVFP4 MoE layers on the FlashInfer "
+            "TRT-LLM backend (Blackwell); dense NVFP4 linears of a per-token checkpoint run W4A4 with the 1.0 "
+            "input_scale placeholder (modelopt) or weight-only (compressed-tensors), not per token",
+        )
+    return Emitted(_lines([shlex.join(arg) for arg in args]), notes)
+
+
 def _env(contract: Contract) -> Emitted:
     low = _low_precision(contract)
     nvfp4 = contract.formats.nvfp4
@@ -319,9 +354,46 @@ def _env(contract: Contract) -> Emitted:
             "FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH=1",
             f"SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION={per_token}",
         ]
+        lines += _four_over_six_env(contract)
     elif low:
         lines.append(f"NVTE_BACKWARD_OVERRIDE={contract.backward}")
-    return Emitted(_lines(lines), _scope_notes(contract))
+    return Emitted(_lines(lines), _scope_notes(contract) + _four_over_six_notes(contract))
+
+
+def _four_over_six_env(contract: Contract) -> list[str]:
+    nvfp4 = contract.formats.nvfp4
+    if nvfp4.four_over_six is None:
+        return []
+    mode, use_256 = nvfp4.four_over_six.upper(), nvfp4.four_over_six_e4m3_max == 256
+    return [
+        # Weights and activations (TE never applies 4over6 to gradients); RHT is off above, as TE requires.
+        "NVTE_NVFP4_4OVER6=all",
+        f"NVTE_NVFP4_4OVER6_ERR_MODE={mode}",
+        f"NVTE_NVFP4_4OVER6_E4M3_USE_256={'all' if use_256 else 'none'}",
+        "NVTE_NVFP4_4OVER6_ERR_USE_FAST_MATH=0",
+        "FLASHINFER_NVFP4_4OVER6=1",
+        f"FLASHINFER_NVFP4_4OVER6_ERR_MODE={mode}",
+        f"FLASHINFER_NVFP4_4OVER6_E4M3_USE_256={int(use_256)}",
+        "FLASHINFER_NVFP4_4OVER6_ERR_USE_FAST_MATH=0",
+    ]
+
+
+def _four_over_six_notes(contract: Contract) -> tuple[str, ...]:
+    nvfp4 = contract.formats.nvfp4
+    if nvfp4.four_over_six is None or "nvfp4" not in contract.formats_used:
+        return ()
+    if nvfp4.per_token_activations:
+        return (
+            "4over6 with per-token activations: TransformerEngine refuses a row-scaled 4over6 tensor that "
+            "needs a column-wise copy; not confirmed that the learner's backward never asks for one. Not "
+            "confirmed either that SGLang hands FlashInfer the per-token global scale 1/(6*B) of the chosen "
+            "bound (FlashInfer's own helper does)",
+        )
+    return (
+        "4over6 with per-tensor activations: FlashInfer scores a per-tensor block's candidates with the "
+        "decode scale instead of TransformerEngine's amax/(6*B), so its activation bytes can differ from TE's "
+        "(docs/formats.md, '4over6'); the weights in the checkpoint are TE's",
+    )
 
 
 def emit(contract: Contract, target: Target, *, num_layers: int | None = None, num_mtp_layers: int = 0) -> Emitted:
@@ -329,7 +401,7 @@ def emit(contract: Contract, target: Target, *, num_layers: int | None = None, n
 
     Args:
         contract: the contract.
-        target: ``te-yaml``, ``megatron-args``, ``sglang-args`` or ``env``.
+        target: ``te-yaml``, ``megatron-args``, ``sglang-args``, ``vllm-args`` or ``env``.
         num_layers: decoder layers of the model, needed by ``megatron-args`` when a layer count is
             a fraction or MTP layers are kept BF16.
         num_mtp_layers: MTP layers of the model.
@@ -352,6 +424,8 @@ def emit(contract: Contract, target: Target, *, num_layers: int | None = None, n
         return _megatron_args(contract, num_layers, num_mtp_layers)
     if target == "sglang-args":
         return _sglang_args(contract)
+    if target == "vllm-args":
+        return _vllm_args(contract)
     if target == "env":
         return _env(contract)
     raise ContractError(f"unknown emit target '{target}'", hint=f"use one of {', '.join(TARGETS)}", field="target")

@@ -29,7 +29,7 @@ import json
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, StrictInt, StrictStr, field_validator
+from pydantic import Field, StrictInt, StrictStr, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from fp4convert.contract import explain as explain_module
@@ -91,6 +91,28 @@ class Contract(StrictModel):
     kv_cache: KVCachePrecision = "bf16"
     expert_tensor_parallel_size: Annotated[StrictInt, Field(ge=1)] | None = None
 
+    @field_validator("formats")
+    @classmethod
+    def _four_over_six_is_te_arithmetic(cls, formats: FormatRecipes, info: ValidationInfo) -> FormatRecipes:
+        quantizer = info.data.get("quantizer", "te")
+        if formats.nvfp4.four_over_six is not None and quantizer != "te":
+            raise PydanticCustomError(
+                "four_over_six_quantizer",
+                "nvfp4.four_over_six is TransformerEngine >= 2.17 arithmetic and needs quantizer 'te', not "
+                "'{quantizer}'",
+                {"quantizer": quantizer},
+            )
+        return formats
+
+    @property
+    def nvfp4_profile(self) -> str:
+        """The arithmetic profile NVFP4 tensors are quantized with (``fp4convert.formats.profiles``):
+        ``quantizer``, or TransformerEngine's 4over6 profile ``te-4over6-<mode>[-256]``."""
+        recipe = self.formats.nvfp4
+        if recipe.four_over_six is None:
+            return self.quantizer
+        return f"te-4over6-{recipe.four_over_six}" + ("-256" if recipe.four_over_six_e4m3_max == 256 else "")
+
     @field_validator("rules")
     @classmethod
     def _rule_names_are_unique(cls, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
@@ -149,8 +171,14 @@ class Contract(StrictModel):
     # Canonical form -------------------------------------------------------------------------
 
     def canonical_dict(self) -> dict[str, Any]:
-        """Every field, defaults included, as plain JSON types in field order."""
-        return self.model_dump(mode="json")
+        """Every field, defaults included, as plain JSON types in field order; the 4over6 fields
+        only when set, so contracts written before they existed keep their hash."""
+        data = self.model_dump(mode="json")
+        nvfp4 = data["formats"]["nvfp4"]
+        for key in ("four_over_six", "four_over_six_e4m3_max"):
+            if nvfp4[key] is None:
+                del nvfp4[key]
+        return data
 
     def to_yaml(self) -> str:
         """The canonical YAML form: every field written out, field order, loadable again.

@@ -28,6 +28,7 @@ from pydantic import (
     Tag,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -41,6 +42,7 @@ __all__ = [
     "BackwardMode",
     "Format",
     "FormatRecipes",
+    "FourOverSix",
     "FusedGroups",
     "Identifier",
     "KVCachePrecision",
@@ -63,6 +65,8 @@ Namespace = Literal["hf", "megatron"]
 # Same names as fp4convert.formats.profiles.Profile (a test guards the two lists); repeated here so
 # that loading a contract does not import torch.
 QuantizerProfile = Literal["te", "te-2.13", "modelopt"]
+#: TransformerEngine's 4over6 candidate error (``nvfp4_4over6_err_mode``), lower case.
+FourOverSix = Literal["mae", "mse"]
 BackwardMode = Literal["high_precision", "dequantized"]
 KVCachePrecision = Literal["bf16", "fp8_e4m3"]
 
@@ -107,11 +111,33 @@ class NVFP4Recipe(StrictModel):
             ``expert`` (w1/w3 of one expert still share one), or each ``row``.
         per_token_activations: activations get one outer scale per token, computed online, so a
             token's bytes never depend on its neighbours in the batch.
+        four_over_six: TransformerEngine's 4over6 (docs/formats.md, "4over6"): each block keeps the
+            map-to-4 or map-to-6 scale, whichever has the lower ``mae`` or ``mse``; ``null`` (the
+            default) is plain NVFP4.
+        four_over_six_e4m3_max: the E4M3 bound of the global scale under 4over6, ``256`` or
+            ``448``; required with ``four_over_six``, because the engines' defaults disagree
+            (TransformerEngine's recipe uses 256, FlashInfer 448).
     """
 
     tile: Literal["1x16", "16x16"] = "1x16"
     weight_scale_scope: Literal["tensor", "expert", "row"] = "tensor"
     per_token_activations: StrictBool = False
+    four_over_six: FourOverSix | None = None
+    four_over_six_e4m3_max: Annotated[Literal[256, 448], exact_type(int, "256 or 448")] | None = None
+
+    @model_validator(mode="after")
+    def _four_over_six_bound(self) -> NVFP4Recipe:
+        if self.four_over_six is not None and self.four_over_six_e4m3_max is None:
+            raise PydanticCustomError(
+                "four_over_six_bound",
+                "four_over_six needs four_over_six_e4m3_max: 256 (TransformerEngine's recipe default) or "
+                "448 (FlashInfer's default)",
+            )
+        if self.four_over_six is None and self.four_over_six_e4m3_max is not None:
+            raise PydanticCustomError(
+                "four_over_six_bound", "four_over_six_e4m3_max is set but four_over_six is not: set both or neither"
+            )
+        return self
 
     @property
     def block_shape(self) -> tuple[int, int]:

@@ -72,7 +72,7 @@ def build_manifest(
         "producer": {"name": "fp4convert", "version": __version__, "torch": torch.__version__},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "dialect": plan.dialect.name,
-        "quantizer_profile": plan.contract.quantizer,
+        "quantizer_profile": plan.contract.nvfp4_profile,
         "device": device,
         "activation_mode": activation,
         "contract_sha256": contract_hash(plan.contract),

@@ -50,7 +50,7 @@ def write_shard(
     layout = [spec for item in items for spec in item.outputs]
     tmp = path.with_name(path.name + ".tmp")
     writer = StreamingWriter(tmp, layout, metadata={"format": "pt", "producer": f"fp4convert {__version__}"})
-    profile = plan.contract.quantizer
+    profile = plan.contract.nvfp4_profile
 
     def write(item: PlannedTensor, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, _, _ in item.outputs:

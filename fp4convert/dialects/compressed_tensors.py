@@ -3,7 +3,8 @@
 NVFP4 (``nvfp4-pack-quantized``): ``weight_packed`` (U8), ``weight_scale`` (F8_E4M3),
 ``weight_global_scale`` (F32 ``[1]``) and, when activations are calibrated, ``input_global_scale``.
 compressed-tensors stores *encode* scales, the reciprocal of ModelOpt's: ``weight_global_scale`` is
-``S_enc = 2688 / amax`` exactly as the quantizer used it (``generate_gparam`` computes the same).
+``S_enc`` exactly as the quantizer used it: ``2688 / amax`` (``generate_gparam`` computes the same),
+or ``1536 / amax`` under a 256-bound 4over6 profile, so its reciprocal still decodes the blocks.
 MXFP8 (``mxfp8-quantized``): ``weight`` (F8_E4M3) and ``weight_scale`` (U8 E8M0). Both formats
 together give the ``mixed-precision`` format with one config group per format.
 

@@ -3,7 +3,9 @@
 A family is a table (``llama.py``, ``qwen2.py``, ``qwen3.py``, ``qwen3_moe.py``, ``deepseek_v3.py``)
 registered in ``_builtin.py``. The name grammar shared by all tables is ``_grammar.py``, the typed
 entries ``_tables.py``, name resolution ``_mapper.py``, inventories and descriptions
-``_inventory.py``, state-dict conversion ``_convert.py``, and the pure tensor transforms
+``_inventory.py``, Megatron-Core's other spellings (local / ModelOpt specs, MTP names across versions,
+stacked experts, MLA's fused down projection) ``_spelling.py``, state-dict conversion ``_convert.py``,
+and the pure tensor transforms
 :mod:`fp4convert.families.transforms`. Adding a family is a new table plus one line in
 ``BUILTIN_FAMILIES``.
 
@@ -26,9 +28,10 @@ from fp4convert.families._builtin import (
 )
 from fp4convert.families._config import load_config, shipped_config_names
 from fp4convert.families._convert import hf_to_megatron, megatron_to_hf
-from fp4convert.families._grammar import ExpertLayout
+from fp4convert.families._grammar import ExpertLayout, MtpInner
 from fp4convert.families._inventory import describe_name, inventory_from_config, inventory_from_tensors
 from fp4convert.families._registry import FamilyRegistry
+from fp4convert.families._spelling import SEPARATE_NORMS, MegatronSpelling, packed_name, unpack
 from fp4convert.families._tables import Family, FamilyKey
 from fp4convert.families.transforms import (
     global_to_local_expert,
@@ -42,10 +45,13 @@ from fp4convert.families.transforms import (
 __all__ = [
     "BUILTIN_FAMILIES",
     "REGISTRY",
+    "SEPARATE_NORMS",
     "ExpertLayout",
     "Family",
     "FamilyKey",
     "FamilyRegistry",
+    "MegatronSpelling",
+    "MtpInner",
     "describe_name",
     "family_for_config",
     "get_family",
@@ -58,8 +64,10 @@ __all__ = [
     "megatron_to_hf",
     "merge_gate_up",
     "merge_qkv",
+    "packed_name",
     "register_family",
     "shipped_config_names",
     "split_gate_up",
     "split_qkv",
+    "unpack",
 ]

@@ -19,6 +19,7 @@ from fp4convert.errors import MappingError
 from fp4convert.families._builtin import get_family
 from fp4convert.families._grammar import ExpertLayout, strip_module_prefix
 from fp4convert.families._mapper import Match, NameMapper
+from fp4convert.families._spelling import MegatronSpelling, pack, unpack
 from fp4convert.families._tables import QKV, Direct, Entry, Family, FamilyKey, GatedMLP, SharedCopy
 from fp4convert.families.transforms import (
     global_to_local_expert,
@@ -118,6 +119,7 @@ def hf_to_megatron(
     expert_layout: ExpertLayout | str = ExpertLayout.GROUPED,
     ep_rank: int = 0,
     ep_size: int = 1,
+    spelling: MegatronSpelling | None = None,
 ) -> dict[str, torch.Tensor]:
     """Convert an HF state dict to Megatron-Core names and layouts.
 
@@ -129,10 +131,14 @@ def hf_to_megatron(
         tensors: HF name -> tensor (a whole model, or a subset holding complete fused groups).
         family: family key or :class:`~fp4convert.families.Family`.
         config: the model's config.json.
-        expert_layout: ``"grouped"`` (TEGroupedMLP ``linear_fc1.weight{e}``) or ``"sequential"``
-            (SequentialMLP ``local_experts.{e}.linear_fc1.weight``).
+        expert_layout: ``"grouped"`` (TEGroupedMLP ``linear_fc1.weight{e}``), ``"sequential"``
+            (SequentialMLP ``local_experts.{e}.linear_fc1.weight``), ``"single_grouped"`` or
+            ``"legacy_grouped"`` (stacked; see :mod:`fp4convert.families._spelling`).
         ep_rank: expert-parallel rank to produce.
         ep_size: expert-parallel size.
+        spelling: the whole Megatron spelling (norms, MTP inner name, experts, MLA fusion); when
+            given it decides the expert layout and ``expert_layout`` must be left at its default
+            or agree.
 
     Returns:
         Megatron name (no ``module.`` prefix) -> tensor. Renamed tensors are the input objects;
@@ -153,7 +159,8 @@ def hf_to_megatron(
         (['decoder.layers.0.mlp.linear_fc1.weight'], (16, 8))
     """
     mapper = NameMapper(get_family(family), config)
-    layout = ExpertLayout(expert_layout)
+    spelling = _resolve_spelling(spelling, ExpertLayout(expert_layout))
+    layout = spelling.experts.per_expert
     per_rank = _experts_per_rank(mapper, ep_rank, ep_size)
     out: dict[str, torch.Tensor] = {}
     pending: dict[tuple[Entry, Any, int | None], dict[int, tuple[str, torch.Tensor]]] = {}
@@ -174,7 +181,7 @@ def hf_to_megatron(
         if len(pieces) == len(match.entry.pieces):
             del pending[key]
             ordered = [pieces[index][1] for index in range(len(pieces))]
-            target = mapper.megatron_name(match, layout)
+            target = mapper.megatron_name(match, layout, spelling)
             if target is None:  # only MTP names without a config; the config is required here
                 raise MappingError(f"cannot name the Megatron tensor of `{name}`", tensor=name)
             _put(out, target, _fuse(match.entry, ordered, mapper), name)
@@ -193,7 +200,18 @@ def hf_to_megatron(
         )
     for name, match, tensor in copies:
         _check_copy(tensors, name, match, tensor, mapper)
-    return out
+    return pack(out, spelling, experts_per_rank=per_rank)
+
+
+def _resolve_spelling(spelling: MegatronSpelling | None, layout: ExpertLayout) -> MegatronSpelling:
+    if spelling is None:
+        return MegatronSpelling(experts=layout)
+    if layout is not ExpertLayout.GROUPED and layout is not spelling.experts:
+        raise MappingError(
+            f"expert_layout {layout.value!r} contradicts the spelling's {spelling.experts.value!r}",
+            hint="pass the expert layout in the spelling only",
+        )
+    return spelling
 
 
 def _check_copy(
@@ -226,8 +244,10 @@ def megatron_to_hf(
     """Convert a Megatron-Core state dict (TP-gathered) to HF names and layouts.
 
     ``linear_qkv`` is split per query group, ``linear_fc1`` into gate/up; both expert layouts
-    (TEGroupedMLP, SequentialMLP), both MTP spellings (``mtp_model_layer``, ``transformer_layer``),
-    the local-spec norm spellings and ``module.`` wrappers are accepted. Expert ids in the input are
+    (TEGroupedMLP, SequentialMLP) and both stacked ones (``moe_single_grouped_weight``, legacy
+    GroupedMLP ``weight1`` / ``weight2``), both MTP spellings (``mtp_model_layer``,
+    ``transformer_layer``), the local / ModelOpt spec norm spellings, MLA's fused
+    ``linear_qkv_down_proj`` and ``module.`` wrappers are accepted. Expert ids in the input are
     local to ``ep_rank`` and come out global. Tensors Megatron shares with the MTP layers (embedding,
     output layer) are also written as the MTP layers' HF copies.
 
@@ -260,14 +280,28 @@ def megatron_to_hf(
     mapper = NameMapper(get_family(family), config)
     per_rank = _experts_per_rank(mapper, ep_rank, ep_size)
     out: dict[str, torch.Tensor] = {}
-    for name, tensor in tensors.items():
-        match = _only(mapper.match_megatron(name, num_local_experts=per_rank), name, mapper, "Megatron")
-        if match.expert is not None and per_rank is not None:
-            match = match.with_expert(
-                local_to_global_expert(match.expert, ep_rank=ep_rank, num_local_experts=per_rank)
-            )
-        for index, piece in enumerate(_split(match.entry, tensor, mapper)):
-            _put(out, mapper.hf_name(match, index), piece, name)
-        for copy_name in mapper.shared_copy_names(strip_module_prefix(name)):
-            _put(out, copy_name, tensor.clone(), name)
+    q_lora_rank = mapper.dims.get("q_lora_rank")
+    for stored, value in tensors.items():
+        unpacked = unpack(stored, value, experts_per_rank=per_rank, q_lora_rank=q_lora_rank)
+        for name, tensor in unpacked or [(stored, value)]:
+            _to_hf(out, mapper, name, tensor, ep_rank=ep_rank, per_rank=per_rank)
     return out
+
+
+def _to_hf(
+    out: dict[str, torch.Tensor],
+    mapper: NameMapper,
+    name: str,
+    tensor: torch.Tensor,
+    *,
+    ep_rank: int,
+    per_rank: int | None,
+) -> None:
+    """One table-spelled Megatron tensor into its HF pieces (and the MTP copies it stands for)."""
+    match = _only(mapper.match_megatron(name, num_local_experts=per_rank), name, mapper, "Megatron")
+    if match.expert is not None and per_rank is not None:
+        match = match.with_expert(local_to_global_expert(match.expert, ep_rank=ep_rank, num_local_experts=per_rank))
+    for index, piece in enumerate(_split(match.entry, tensor, mapper)):
+        _put(out, mapper.hf_name(match, index), piece, name)
+    for copy_name in mapper.shared_copy_names(strip_module_prefix(name)):
+        _put(out, copy_name, tensor.clone(), name)

@@ -16,7 +16,8 @@ scope           Megatron-Core prefix                        HF prefix
 ``L`` is ``num_hidden_layers``: DeepSeek numbers its multi-token-prediction (MTP) layers after the
 decoder layers on the HF side, Megatron-Core counts them from 0 under ``mtp.layers``
 (checkpoint-formats.md section 5.3). Older Megatron-Core (and Miles) spell the MTP inner layer
-``transformer_layer`` instead of ``mtp_model_layer``; both are read, the current one is written.
+``transformer_layer`` instead of ``mtp_model_layer`` (:class:`MtpInner`); both are read, the current
+one is written unless the caller asks for the old one.
 
 Inside a scope the only wildcard is ``{expert}``: a routed-expert id, matching a decimal integer
 without leading zeros (so that a name formatted from a match is the name that was matched). Both
@@ -44,6 +45,7 @@ from fp4convert.errors import MappingError
 __all__ = [
     "EXPERT",
     "ExpertLayout",
+    "MtpInner",
     "Pattern",
     "Scope",
     "check_same_wildcards",
@@ -73,10 +75,31 @@ class Scope(str, enum.Enum):
 
 
 class ExpertLayout(str, enum.Enum):
-    """How Megatron-Core names routed-expert weights (TEGroupedMLP vs SequentialMLP)."""
+    """How Megatron-Core stores routed-expert weights.
+
+    ``GROUPED`` and ``SEQUENTIAL`` name one tensor per expert (the spellings above). The two stacked
+    layouts hold every local expert of a layer in one tensor (:mod:`fp4convert.families._spelling`):
+    ``SINGLE_GROUPED`` is TEGroupedMLP with ``moe_single_grouped_weight`` (Megatron-Core >= 0.18,
+    ``experts.linear_fc1.weight`` ``[E, 2I, H]``), ``LEGACY_GROUPED`` the legacy GroupedMLP of
+    Megatron-Core <= 0.16 (``experts.weight1`` ``[H, E * 2I]``, ``experts.weight2`` ``[E * I, H]``).
+    """
 
     GROUPED = "grouped"
     SEQUENTIAL = "sequential"
+    SINGLE_GROUPED = "single_grouped"
+    LEGACY_GROUPED = "legacy_grouped"
+
+    @property
+    def per_expert(self) -> ExpertLayout:
+        """The one-tensor-per-expert spelling names are built in (stacking comes after)."""
+        return ExpertLayout.SEQUENTIAL if self is ExpertLayout.SEQUENTIAL else ExpertLayout.GROUPED
+
+
+class MtpInner(str, enum.Enum):
+    """The name of an MTP layer's inner transformer layer: Megatron-Core <= 0.16 vs >= 0.17."""
+
+    MTP_MODEL_LAYER = "mtp_model_layer"
+    TRANSFORMER_LAYER = "transformer_layer"
 
 
 @dataclass(frozen=True)
@@ -231,13 +254,14 @@ def hf_layer_prefix(hf_layer: int) -> str:
     return f"model.layers.{hf_layer}."
 
 
-def megatron_layer_prefix(scope: Scope, index: int) -> str:
-    """The Megatron-Core prefix of a layer-scoped name (the current spelling for MTP layers)."""
+def megatron_layer_prefix(scope: Scope, index: int, mtp_inner: MtpInner = MtpInner.MTP_MODEL_LAYER) -> str:
+    """The Megatron-Core prefix of a layer-scoped name (MTP inner layers: the current spelling
+    unless ``mtp_inner`` says otherwise)."""
     match scope:
         case Scope.DECODER:
             return f"decoder.layers.{index}."
         case Scope.MTP_LAYER:
-            return f"mtp.layers.{index}.mtp_model_layer."
+            return f"mtp.layers.{index}.{MtpInner(mtp_inner).value}."
         case Scope.MTP_GLUE:
             return f"mtp.layers.{index}."
         case Scope.GLOBAL:

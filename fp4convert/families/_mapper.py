@@ -24,6 +24,7 @@ from fp4convert.families._grammar import (
     split_megatron_layer_name,
     strip_module_prefix,
 )
+from fp4convert.families._spelling import MegatronSpelling
 from fp4convert.families._tables import FUSED_GROUP_SUFFIX, Entry, Family, HFTensor, SharedCopy
 from fp4convert.inventory import FusedKind, Role, TensorInfo
 
@@ -245,10 +246,15 @@ class NameMapper:
             return relative
         return hf_layer_prefix(match.location.hf_layer) + relative
 
-    def megatron_name(self, match: Match, layout: ExpertLayout | None = None) -> str | None:
+    def megatron_name(
+        self, match: Match, layout: ExpertLayout | None = None, spelling: MegatronSpelling | None = None
+    ) -> str | None:
         """The Megatron name holding a match's tensor, in ``layout`` (default: the matched one).
 
-        None when it cannot be known: an MTP glue name resolved without a config.
+        ``spelling`` chooses the norm and MTP spellings (default: TE spec, current MTP name); stacked
+        expert layouts and MLA's fused down projection are applied afterwards (``_spelling.pack``),
+        so this is always a one-tensor-per-expert name. None when it cannot be known: an MTP glue
+        name resolved without a config.
         """
         entry = match.entry
         if isinstance(entry, SharedCopy):
@@ -256,8 +262,9 @@ class NameMapper:
         index = match.location.index
         if match.location.scope is not Scope.GLOBAL and index is None:
             return None
-        prefix = "" if index is None else megatron_layer_prefix(match.location.scope, index)
-        pattern = entry.spelling(match.layout if layout is None else layout)
+        spelling = spelling or MegatronSpelling()
+        prefix = "" if index is None else megatron_layer_prefix(match.location.scope, index, spelling.mtp_inner)
+        pattern = entry.spelling(match.layout if layout is None else layout, separate_norms=spelling.separate_norms)
         return prefix + pattern.format(**_wildcards(match))
 
     def fused(self, match: Match, piece: int | None = None) -> tuple[str | None, FusedKind | None]:

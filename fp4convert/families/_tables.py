@@ -34,6 +34,7 @@ from fp4convert.families._grammar import (
     compile_pattern,
     sequential_expert_spelling,
 )
+from fp4convert.families._spelling import SEPARATE_NORMS
 from fp4convert.inventory import FusedKind, Role
 
 if TYPE_CHECKING:
@@ -151,10 +152,18 @@ class _MegatronEntry:
         raise NotImplementedError
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "spellings", _spellings(self.megatron, self.aliases, self.pieces))
+        # The local / ModelOpt spec's name of a TE-fused norm is read everywhere and written on request.
+        separate = SEPARATE_NORMS.get(self.megatron)
+        aliases = self.aliases if separate is None or separate in self.aliases else (*self.aliases, separate)
+        object.__setattr__(self, "spellings", _spellings(self.megatron, aliases, self.pieces))
 
-    def spelling(self, layout: ExpertLayout) -> Pattern:
-        """The pattern fp4convert writes for ``layout`` (layout only matters for expert entries)."""
+    def spelling(self, layout: ExpertLayout, *, separate_norms: bool = False) -> Pattern:
+        """The pattern fp4convert writes for ``layout`` (layout only matters for expert entries);
+        ``separate_norms`` writes the local / ModelOpt spec's norm names."""
+        separate = SEPARATE_NORMS.get(self.megatron) if separate_norms else None
+        if separate is not None:
+            return next(s.pattern for s in self.spellings if s.pattern.text == separate)
+        layout = layout.per_expert
         for spelling in self.spellings:
             if spelling.canonical and (spelling.layout is layout or len(spelling.pattern.wildcards) == 0):
                 return spelling.pattern

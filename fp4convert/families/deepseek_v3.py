@@ -5,7 +5,8 @@
   ``n_shared_experts`` shared experts fused into one MLP of width ``moe_intermediate * n_shared``.
 - MLA is not fused with the input norm: Megatron keeps ``input_layernorm``. TE fuses
   ``q_a_layernorm`` / ``kv_a_layernorm`` into the following up-projection; the local spec's
-  ``q_layernorm`` / ``kv_layernorm`` spellings are read too.
+  ``q_layernorm`` / ``kv_layernorm`` spellings come from ``_spelling.SEPARATE_NORMS``, and
+  ``mla_down_proj_fusion``'s ``linear_qkv_down_proj`` is unpacked there too.
 - ``q_lora_rank: null`` (DeepSeek-V2-Lite style) replaces q_a/q_b by a single ``q_proj``.
 - ``q_a_proj`` and ``kv_a_proj_with_mqa`` read the same normalized input and SGLang fuses them
   (``fused_qkv_a_proj_with_mqa``), so they form one scale group although Megatron keeps them apart.
@@ -48,7 +49,6 @@ _MLA_ATTENTION = (
         "self_attention.linear_q_up_proj.layer_norm_weight",
         norm("self_attn.q_a_layernorm.weight", "q_lora_rank"),
         requires=("q_lora",),
-        aliases=("self_attention.q_layernorm.weight",),
     ),
     Direct(
         "self_attention.linear_q_up_proj.weight",
@@ -67,7 +67,6 @@ _MLA_ATTENTION = (
     Direct(
         "self_attention.linear_kv_up_proj.layer_norm_weight",
         norm("self_attn.kv_a_layernorm.weight", "kv_lora_rank"),
-        aliases=("self_attention.kv_layernorm.weight",),
     ),
     Direct(
         "self_attention.linear_kv_up_proj.weight",

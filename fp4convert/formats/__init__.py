@@ -1,10 +1,12 @@
-"""The numeric core: TransformerEngine-exact NVFP4 and MXFP8 quantizers (pure torch, no I/O).
+"""The numeric core: TransformerEngine-exact NVFP4 and MXFP8 quantizers (no I/O).
 
-Modules: :mod:`~fp4convert.formats.spec` (bit constants), :mod:`~fp4convert.formats.codecs`
-(element/scale codecs), :mod:`~fp4convert.formats.profiles` (the three NVFP4 scale chains),
-:mod:`~fp4convert.formats.nvfp4`, :mod:`~fp4convert.formats.mxfp8`,
-:mod:`~fp4convert.formats.layouts` (scale padding and swizzling) and
-:mod:`~fp4convert.formats.kernels` (fast exact CPU/CUDA paths).
+The arithmetic is specified in docs/formats.md. Modules: :mod:`~fp4convert.formats.spec` (bit
+constants), :mod:`~fp4convert.formats.codecs` (element/scale codecs),
+:mod:`~fp4convert.formats.profiles` (every scale chain, side by side),
+:mod:`~fp4convert.formats.four_over_six` (TE's 4over6 candidate choice),
+:mod:`~fp4convert.formats.nvfp4`, :mod:`~fp4convert.formats.mxfp8` (the quantizers; they choose
+between the reference and a kernel), :mod:`~fp4convert.formats.layouts` (scale padding and
+swizzling) and :mod:`~fp4convert.formats.kernels` (fast exact CPU/CUDA paths only).
 """
 
 from __future__ import annotations

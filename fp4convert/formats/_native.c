@@ -1,8 +1,9 @@
 /*
- * fp4convert native CPU kernels: single-pass NVFP4 (1x16) and MXFP8 (1x32) row quantizers.
+ * fp4convert native CPU kernels: single-pass NVFP4 (1x16, 4over6) and MXFP8 (1x32) row quantizers.
  *
- * These are the fast paths of fp4convert.formats; the pure-torch code in nvfp4.py / mxfp8.py and
- * profiles.py is the specification, and tests compare every byte of both. Build flags matter:
+ * These are the fast paths of fp4convert.formats; the pure-torch code in nvfp4.py / mxfp8.py,
+ * profiles.py and four_over_six.py is the specification (docs/formats.md), and tests compare every
+ * byte of both. Build flags matter:
  * -ffp-contract=off (no fused multiply-add), no -ffast-math (IEEE division, denormals kept), so
  * every float operation below is one correctly rounded binary32 operation, as in TE's kernels.
  * Loaded through ctypes, which releases the GIL: Python threads run row ranges in parallel.
@@ -10,9 +11,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FP4C_ABI_VERSION 1
+#define FP4C_ABI_VERSION 2
 
 enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };
+/* kernels.PROFILE_CODES; 3 (4over6) has its own entry point, fp4c_nvfp4_4over6_rows */
 enum { PROFILE_TE = 0, PROFILE_TE_2_13 = 1, PROFILE_MODELOPT = 2 };
 
 static const float FLT_MAX_F = 3.40282346638528859812e+38f;
@@ -183,6 +185,30 @@ void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_
     }
 }
 
+/*
+ * NaN-ignoring 16x16 tile amaxes of rows [r0, r1) (multiples of 16), each tile's value written to
+ * all 16 of its rows: out is (rows, cols/16), the block_amax the NVFP4 kernels take for 16x16 tiles.
+ */
+FP4C_CLONES
+void fp4c_tile_amax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld, float *out) {
+    int esize = dtype == DT_F32 ? 4 : 2;
+    int64_t nb = cols / 16;
+    for (int64_t g = r0; g < r1; g += 16) {
+        for (int64_t c0 = 0; c0 < cols; c0 += MAX_COLS_STACK) {
+            int64_t width = cols - c0 < MAX_COLS_STACK ? cols - c0 : MAX_COLS_STACK;
+            int64_t nbc = width / 16;
+            float x[MAX_COLS_STACK], row[MAX_COLS_STACK / 16], tile[MAX_COLS_STACK / 16];
+            for (int64_t b = 0; b < nbc; ++b) tile[b] = 0.0f;
+            for (int j = 0; j < 16; ++j) {
+                widen_row((const char *)src + ((g + j) * ld + c0) * esize, dtype, width, x);
+                blocks_amax(x, nbc, 16, row);
+                for (int64_t b = 0; b < nbc; ++b) tile[b] = row[b] > tile[b] ? row[b] : tile[b];
+            }
+            for (int j = 0; j < 16; ++j) memcpy(out + (g + j) * nb + c0 / 16, tile, (size_t)nbc * sizeof(float));
+        }
+    }
+}
+
 /* Scale byte and per-block multiplier (te: encode scale; modelopt: divisor) of one NVFP4 block. */
 static inline uint8_t nvfp4_block_scale(float amax, float sdec, float mlt, int profile, float *factor) {
     if (profile == PROFILE_MODELOPT) {
@@ -246,6 +272,113 @@ void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t
             }
             uint8_t *dst = out_data + r * (cols / 2) + c0 / 2;
             for (int64_t i = 0; i < width / 2; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
+        }
+    }
+}
+
+/* Magnitude of E2M1 code m (0..7): 0, .5, 1, 1.5, 2, 3, 4, 6 (select chain: vectorizes). */
+static inline float e2m1_magnitude(uint32_t m) {
+    float half_steps = (float)m * 0.5f;
+    float whole = (float)m - 2.0f;
+    return m <= 4u ? half_steps : (m == 7u ? 6.0f : whole);
+}
+
+#define FOUR_OVER_SIX_CHUNK 512 /* columns per pass: 16 rows x 2 candidates of codes stay in L1 */
+#define FOS_NB (FOUR_OVER_SIX_CHUNK / 16)
+
+/*
+ * Both 4over6 candidates of every block of one row chunk. The element loop is outside the block
+ * loop, so each block's error is still accumulated in element order (four_over_six.py) while the
+ * compiler vectorizes across blocks. xt[i][b] is element i of block b; codes come out the same way.
+ */
+static inline void four_over_six_row(const float (*xt)[FOS_NB], const float *amax, int64_t nbc, float a_row,
+                                     float s_enc, float s_dec, float denom, int mse, uint8_t *sf4, uint8_t *sf6,
+                                     float *err4, float *err6, uint8_t (*c4)[FOS_NB], uint8_t (*c6)[FOS_NB]) {
+    float enc4[FOS_NB], enc6[FOS_NB], v4[FOS_NB], v6[FOS_NB];
+    for (int64_t b = 0; b < nbc; ++b) {
+        float base = (amax[b] / 6.0f) * s_enc;
+        sf6[b] = e4m3_from_nonneg(base);
+        sf4[b] = e4m3_from_nonneg(base * 1.5f);
+        v4[b] = E4M3_LUT[sf4[b]];
+        v6[b] = E4M3_LUT[sf6[b]];
+        float e4 = 1.0f / (v4[b] * s_dec), e6 = 1.0f / (v6[b] * s_dec);
+        enc4[b] = e4 > FLT_MAX_F ? FLT_MAX_F : e4;
+        enc6[b] = e6 > FLT_MAX_F ? FLT_MAX_F : e6;
+        err4[b] = 0.0f;
+        err6[b] = 0.0f;
+    }
+    for (int i = 0; i < 16; ++i) {
+        for (int64_t b = 0; b < nbc; ++b) {
+            const float x = xt[i][b];
+            uint8_t k4 = e2m1_any(x * enc4[b], 1), k6 = e2m1_any(x * enc6[b], 1);
+            c4[i][b] = k4;
+            c6[i][b] = k6;
+            float q4 = e2m1_magnitude(k4 & 7u), q6 = e2m1_magnitude(k6 & 7u);
+            q4 = (k4 & 8u) ? -q4 : q4;
+            q6 = (k6 & 8u) ? -q6 : q6;
+            float d4 = ((q4 * v4[b]) * a_row) / denom - x;
+            float d6 = ((q6 * v6[b]) * a_row) / denom - x;
+            float m4 = d4 < 0.0f ? -d4 : d4, m6 = d6 < 0.0f ? -d6 : d6;
+            err4[b] = err4[b] + (mse ? d4 * d4 : m4);
+            err6[b] = err6[b] + (mse ? d6 * d6 : m6);
+        }
+    }
+}
+
+/*
+ * NVFP4 4over6 rows [r0, r1): for each block both candidates (map-to-6: E4M3(rn(a/6) * S_enc),
+ * map-to-4: E4M3(rn(that * 1.5))), the lower error wins, ties (and NaN errors) go to map-to-6.
+ * tile_rows 16: block_amax holds the 16x16 tile amaxes, r0 and r1 are multiples of 16, and the
+ * 16 row errors of a tile are summed in TE's warp-reduction order before the one choice.
+ * amax/s_enc/s_dec[r]: the row's outer scales; denom: 6 * B (2688 or 1536); choice: NULL or
+ * (rows, cols/16) bytes, 1 where a block took map-to-4.
+ */
+FP4C_CLONES
+void fp4c_nvfp4_4over6_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                            const float *amax_row, const float *s_enc, const float *s_dec,
+                            const float *block_amax, int tile_rows, int mse, float denom, uint8_t *out_data,
+                            uint8_t *out_scale, uint8_t *out_choice) {
+    init_lut();
+    int esize = dtype == DT_F32 ? 4 : 2;
+    int64_t nb = cols / 16;
+    float x[FOUR_OVER_SIX_CHUNK], xt[16][FOS_NB], amax[FOS_NB];
+    float err4[16][FOS_NB], err6[16][FOS_NB];
+    uint8_t sf4[16][FOS_NB], sf6[16][FOS_NB];
+    uint8_t c4[16][16][FOS_NB], c6[16][16][FOS_NB];
+    for (int64_t g = r0; g < r1; g += tile_rows) {
+        for (int64_t c0 = 0; c0 < cols; c0 += FOUR_OVER_SIX_CHUNK) {
+            int64_t width = cols - c0 < FOUR_OVER_SIX_CHUNK ? cols - c0 : FOUR_OVER_SIX_CHUNK;
+            int64_t nbc = width / 16;
+            for (int j = 0; j < tile_rows; ++j) {
+                int64_t r = g + j;
+                widen_row((const char *)src + (r * ld + c0) * esize, dtype, width, x);
+                if (block_amax) memcpy(amax, block_amax + r * nb + c0 / 16, (size_t)nbc * sizeof(float));
+                else blocks_amax(x, nbc, 16, amax);
+                for (int64_t b = 0; b < nbc; ++b)
+                    for (int i = 0; i < 16; ++i) xt[i][b] = x[b * 16 + i];
+                four_over_six_row((const float (*)[FOS_NB])xt, amax, nbc, amax_row[r], s_enc[r], s_dec[r], denom,
+                                  mse, sf4[j], sf6[j], err4[j], err6[j], c4[j], c6[j]);
+            }
+            for (int64_t b = 0; b < nbc; ++b) {
+                int pick4;
+                if (tile_rows == 16) {
+                    float t4[8], t6[8];
+                    for (int i = 0; i < 8; ++i) { t4[i] = err4[i][b] + err4[i + 8][b]; t6[i] = err6[i][b] + err6[i + 8][b]; }
+                    for (int i = 0; i < 4; ++i) { t4[i] = t4[i] + t4[i + 4]; t6[i] = t6[i] + t6[i + 4]; }
+                    for (int i = 0; i < 2; ++i) { t4[i] = t4[i] + t4[i + 2]; t6[i] = t6[i] + t6[i + 2]; }
+                    pick4 = (t4[0] + t4[1]) < (t6[0] + t6[1]);
+                } else {
+                    pick4 = err4[0][b] < err6[0][b];
+                }
+                for (int j = 0; j < tile_rows; ++j) {
+                    int64_t r = g + j;
+                    uint8_t (*codes)[FOS_NB] = pick4 ? c4[j] : c6[j];
+                    out_scale[r * nb + c0 / 16 + b] = pick4 ? sf4[j][b] : sf6[j][b];
+                    if (out_choice) out_choice[r * nb + c0 / 16 + b] = (uint8_t)pick4;
+                    uint8_t *dst = out_data + r * (cols / 2) + c0 / 2 + b * 8;
+                    for (int k = 0; k < 8; ++k) dst[k] = (uint8_t)(codes[2 * k][b] | (codes[2 * k + 1][b] << 4));
+                }
+            }
         }
     }
 }

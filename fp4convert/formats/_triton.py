@@ -3,10 +3,11 @@
 """Triton kernels for CUDA tensors: the same arithmetic as ``_native.c`` and the torch reference.
 
 Exactness rules for Triton: divisions use ``tl.math.div_rn`` (plain ``/`` on fp32 is approximate),
-kernels launch with ``enable_fp_fusion=False`` (no mul+add -> FMA contraction), and every
-conversion to E4M3 / E2M1 / E8M0 is written out in integer bit operations, so the bytes do not
-depend on how a GPU generation implements ``cvt``. Imported only when Triton and a CUDA tensor
-are both present.
+kernels launch with ``enable_fp_fusion=False`` (no mul+add -> FMA contraction), every conversion
+to E4M3 / E2M1 / E8M0 is written out in integer bit operations, so the bytes do not depend on how
+a GPU generation implements ``cvt``, and sums whose order matters (the 4over6 errors) are spelled
+out element by element. Only :mod:`fp4convert.formats.kernels` calls this module, with contiguous
+rows and the profile's scales already computed (docs/formats.md, "Kernels").
 """
 
 from __future__ import annotations
@@ -16,11 +17,7 @@ import triton
 import triton.language as tl
 
 from fp4convert.formats import profiles
-from fp4convert.formats.kernels import contiguous_rows
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
-
-_PROFILE_CODES = {"te": 0, "te-2.13": 1, "modelopt": 2}
-_FLT_MAX = 3.4028234663852886e38
 
 
 @triton.jit
@@ -82,6 +79,21 @@ def _row_amax_kernel(x_ptr, out_ptr, cols, ld, BLOCK: tl.constexpr):
         x = tl.load(x_ptr + row * ld + offs, mask=offs < cols, other=0.0).to(tl.float32)
         acc = tl.maximum(acc, _abs_nan0(x))
     tl.store(out_ptr + row, tl.max(acc, axis=0))
+
+
+@triton.jit
+def _tile_amax_kernel(x_ptr, out_ptr, cols, ld, NB: tl.constexpr):
+    # One 16-row group x NB tiles: the tile maximum, written to each of the tile's 16 rows.
+    r = tl.program_id(0) * 16 + tl.arange(0, 16)
+    blk = tl.program_id(1) * NB + tl.arange(0, NB)
+    e = tl.arange(0, 16)
+    nblocks = cols // 16
+    bmask = blk < nblocks
+    col = blk[None, :, None] * 16 + e[None, None, :]
+    x = tl.load(x_ptr + r[:, None, None] * ld + col, mask=bmask[None, :, None], other=0.0).to(tl.float32)
+    tile = tl.max(tl.max(_abs_nan0(x), axis=2), axis=0)  # max is exact in any order
+    out = tl.broadcast_to(tile[None, :], (16, NB))
+    tl.store(out_ptr + r[:, None] * nblocks + blk[None, :], out, mask=bmask[None, :])
 
 
 @triton.jit
@@ -175,8 +187,115 @@ def _mxfp8_kernel(x_ptr, data_ptr, scale_ptr, rows, cols, ld, BR: tl.constexpr, 
     tl.store(data_ptr + r[:, None, None] * cols + col, q.to(tl.uint8), mask=mask3)
 
 
+@triton.jit
+def _e2m1_value(code):
+    """E2M1 code (int32 0..15) -> float32 value with its sign."""
+    m = code & 7
+    mf = m.to(tl.float32)
+    mag = tl.where(m <= 4, mf * 0.5, tl.where(m == 7, 6.0, mf - 2.0))
+    return tl.where((code & 8) != 0, -mag, mag)
+
+
+@triton.jit
+def _row_of(err, rows, j):
+    """Row ``j`` of ``err [16, NB]`` (a masked sum of one value and zeros: exact)."""
+    return tl.sum(tl.where(rows[:, None] == j, err, 0.0), axis=0)
+
+
+@triton.jit
+def _tile_sum(err, rows):
+    """The 16 row errors of a tile summed in TE's warp-reduction order -> ``[NB]``."""
+    t0 = _row_of(err, rows, 0) + _row_of(err, rows, 8)
+    t1 = _row_of(err, rows, 1) + _row_of(err, rows, 9)
+    t2 = _row_of(err, rows, 2) + _row_of(err, rows, 10)
+    t3 = _row_of(err, rows, 3) + _row_of(err, rows, 11)
+    t4 = _row_of(err, rows, 4) + _row_of(err, rows, 12)
+    t5 = _row_of(err, rows, 5) + _row_of(err, rows, 13)
+    t6 = _row_of(err, rows, 6) + _row_of(err, rows, 14)
+    t7 = _row_of(err, rows, 7) + _row_of(err, rows, 15)
+    u0 = t0 + t4
+    u1 = t1 + t5
+    u2 = t2 + t6
+    u3 = t3 + t7
+    return (u0 + u2) + (u1 + u3)
+
+
+@triton.jit
+def _nvfp4_4over6_kernel(
+    x_ptr,
+    amax_ptr,
+    senc_ptr,
+    sdec_ptr,
+    bamax_ptr,
+    data_ptr,
+    scale_ptr,
+    choice_ptr,
+    rows,
+    cols,
+    ld,
+    denom,
+    MSE: tl.constexpr,
+    TILE2D: tl.constexpr,
+    HAS_BAMAX: tl.constexpr,
+    HAS_CHOICE: tl.constexpr,
+    NB: tl.constexpr,
+):
+    # 16 rows (one 16x16 tile row-group when TILE2D) x NB blocks; element i of every block is one
+    # [16, NB] tensor, so each block's error is accumulated in element order like the reference.
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    local = tl.arange(0, 16)
+    r = pid_r * 16 + local
+    blk = pid_c * NB + tl.arange(0, NB)
+    nblocks = cols // 16
+    mask2 = (r < rows)[:, None] & (blk < nblocks)[None, :]
+    base_ptr = x_ptr + r[:, None] * ld + blk[None, :] * 16
+    if HAS_BAMAX:
+        amax = tl.load(bamax_ptr + r[:, None] * nblocks + blk[None, :], mask=mask2, other=0.0)
+    else:
+        amax = tl.zeros((16, NB), dtype=tl.float32)
+        for i in tl.static_range(16):
+            amax = tl.maximum(amax, _abs_nan0(tl.load(base_ptr + i, mask=mask2, other=0.0).to(tl.float32)))
+    a_row = tl.load(amax_ptr + r, mask=r < rows, other=0.0)[:, None]
+    senc = tl.load(senc_ptr + r, mask=r < rows, other=1.0)[:, None]
+    sdec = tl.load(sdec_ptr + r, mask=r < rows, other=1.0)[:, None]
+    base = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)) * senc
+    sf6 = _e4m3_nonneg(base)
+    sf4 = _e4m3_nonneg(base * 1.5)
+    sfv4 = _e4m3_value(sf4)
+    sfv6 = _e4m3_value(sf6)
+    one = tl.full(amax.shape, 1.0, tl.float32)
+    enc4 = tl.minimum(tl.math.div_rn(one, sfv4 * sdec), 3.4028234663852886e38)
+    enc6 = tl.minimum(tl.math.div_rn(one, sfv6 * sdec), 3.4028234663852886e38)
+    dn = tl.full(amax.shape, denom, tl.float32)
+    err4 = tl.zeros((16, NB), dtype=tl.float32)
+    err6 = tl.zeros((16, NB), dtype=tl.float32)
+    for i in tl.static_range(16):
+        x = tl.load(base_ptr + i, mask=mask2, other=0.0).to(tl.float32)
+        d4 = tl.math.div_rn((_e2m1_value(_e2m1_code(x * enc4, True)) * sfv4) * a_row, dn) - x
+        d6 = tl.math.div_rn((_e2m1_value(_e2m1_code(x * enc6, True)) * sfv6) * a_row, dn) - x
+        if MSE:
+            err4 = err4 + d4 * d4
+            err6 = err6 + d6 * d6
+        else:
+            err4 = err4 + tl.abs(d4)
+            err6 = err6 + tl.abs(d6)
+    if TILE2D:
+        pick4 = tl.broadcast_to((_tile_sum(err4, local) < _tile_sum(err6, local))[None, :], (16, NB))
+    else:
+        pick4 = err4 < err6
+    enc = tl.where(pick4, enc4, enc6)
+    tl.store(scale_ptr + r[:, None] * nblocks + blk[None, :], tl.where(pick4, sf4, sf6).to(tl.uint8), mask=mask2)
+    if HAS_CHOICE:
+        tl.store(choice_ptr + r[:, None] * nblocks + blk[None, :], pick4.to(tl.uint8), mask=mask2)
+    out = data_ptr + r[:, None] * (cols // 2) + blk[None, :] * 8
+    for k in tl.static_range(8):
+        lo = _e2m1_code(tl.load(base_ptr + 2 * k, mask=mask2, other=0.0).to(tl.float32) * enc, True)
+        hi = _e2m1_code(tl.load(base_ptr + 2 * k + 1, mask=mask2, other=0.0).to(tl.float32) * enc, True)
+        tl.store(out + k, (lo | (hi << 4)).to(tl.uint8), mask=mask2)
+
+
 def row_amax(x2d: torch.Tensor) -> torch.Tensor:
-    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     out = torch.empty(rows, dtype=torch.float32, device=x2d.device)
     if rows:
@@ -184,42 +303,52 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
+    rows, cols = x2d.shape
+    out = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.float32, device=x2d.device)
+    nb = 16
+    if rows and cols:
+        grid = (rows // 16, triton.cdiv(cols // NVFP4_BLOCK, nb))
+        _tile_amax_kernel[grid](x2d, out, cols, x2d.stride(0), NB=nb, enable_fp_fusion=False)
+    return out
+
+
 def nvfp4_matrix(
     x2d: torch.Tensor,
-    row_amax: torch.Tensor,
-    profile: profiles.Profile,
-    block_amax: torch.Tensor | None = None,
+    outer: profiles.OuterScales,
+    code: int,
+    spec: profiles.ProfileSpec,
+    block_amax: torch.Tensor | None,
+    tile_rows: int,
+    choice: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
-    outer = profiles.outer_scales(row_amax.reshape(rows).to(x2d.device), profile)
     data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.uint8, device=x2d.device)
-    blk = block_amax.float().contiguous() if block_amax is not None else outer.s_dec  # dummy ptr
+    if not (rows and cols):
+        return data, scale
+    s_dec = outer.s_dec.contiguous()
+    blk = block_amax if block_amax is not None else s_dec  # dummy pointer when absent
+    if spec.chain == "4over6":
+        nb = 16
+        grid = (triton.cdiv(rows, 16), triton.cdiv(cols // NVFP4_BLOCK, nb))
+        _nvfp4_4over6_kernel[grid](
+            x2d, outer.amax.contiguous(), outer.s_enc.contiguous(), s_dec, blk, data, scale,
+            choice if choice is not None else scale, rows, cols, x2d.stride(0), spec.global_max,
+            MSE=spec.error == "mse", TILE2D=tile_rows == NVFP4_BLOCK, HAS_BAMAX=block_amax is not None,
+            HAS_CHOICE=choice is not None, NB=nb, enable_fp_fusion=False,
+        )  # fmt: skip
+        return data, scale
     br, nb = 16, 16
     grid = (triton.cdiv(rows, br), triton.cdiv(cols // NVFP4_BLOCK, nb))
-    if rows and cols:
-        _nvfp4_kernel[grid](
-            x2d,
-            outer.s_dec.contiguous(),
-            outer.mult.contiguous(),
-            blk,
-            data,
-            scale,
-            rows,
-            cols,
-            x2d.stride(0),
-            PROFILE=_PROFILE_CODES[profile],
-            HAS_BAMAX=block_amax is not None,
-            BR=br,
-            NB=nb,
-            enable_fp_fusion=False,
-        )
+    _nvfp4_kernel[grid](
+        x2d, s_dec, outer.mult.contiguous(), blk, data, scale, rows, cols, x2d.stride(0),
+        PROFILE=code, HAS_BAMAX=block_amax is not None, BR=br, NB=nb, enable_fp_fusion=False,
+    )  # fmt: skip
     return data, scale
 
 
 def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // MXFP8_BLOCK, dtype=torch.uint8, device=x2d.device)

@@ -1,12 +1,15 @@
 """Element and scale codecs: float32 <-> E2M1 codes, E4M3 bytes, E8M0 exponents (pure torch).
 
 Each encoder is the exact hardware conversion TransformerEngine's kernels use
-(quantizers.md sections 1.2 and 5): round to nearest, ties to even, saturating to the largest
+(docs/formats.md, "Element codecs"): round to nearest, ties to even, saturating to the largest
 finite value. Decoders are exact. Every function works on any device; constants are created
-on the input's device so no CPU-scalar fast path (multiply by a reciprocal) can sneak in.
+on the input's device (:func:`scalar_like`) so no CPU-scalar fast path (multiply by a
+reciprocal) can sneak in.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -23,6 +26,7 @@ __all__ = [
     "e8m0_inverse",
     "nan_ignoring_abs",
     "pack_fp4",
+    "scalar_like",
     "unpack_fp4",
 ]
 
@@ -39,9 +43,25 @@ _E4M3_NAN = 0x7F
 _E2M1_NAN_CODE = 0x7  # cvt.rn.satfinite.e2m1x2.f32 maps NaN to +6 (TE ptx.cuh comment)
 
 
+@functools.lru_cache(maxsize=64)
+def _device_scalar(value: float, device: torch.device) -> torch.Tensor:
+    # Cached: building a CUDA scalar from a Python number is a blocking host-to-device copy, and
+    # a scale chain needs a handful per call. The tensors are never written to.
+    return torch.tensor(value, dtype=torch.float32, device=device)
+
+
+def scalar_like(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A float32 0-d tensor holding ``value`` on ``like``'s device (read only).
+
+    Scale arithmetic divides tensors by tensors: PyTorch turns ``2688.0 / t`` into
+    ``reciprocal(t) * 2688``, which is not correctly rounded (docs/formats.md, "Pitfalls").
+    """
+    return _device_scalar(value, like.device)
+
+
 def nan_ignoring_abs(x: torch.Tensor) -> torch.Tensor:
     """``|x|`` as float32 with NaN replaced by 0, so every max over it ignores NaN like TE's
-    ``fmaxf``/``__hmax`` reductions do (quantizers.md 1.2 step 1); +inf is kept."""
+    ``fmaxf``/``__hmax`` reductions do (docs/formats.md, "NVFP4" step 1); +inf is kept."""
     return x.float().abs().nan_to_num(nan=0.0, posinf=float("inf"))
 
 
@@ -102,7 +122,7 @@ def e4m3_decode(codes: torch.Tensor) -> torch.Tensor:
 
 def e8m0_encode_roundup(v: torch.Tensor) -> torch.Tensor:
     """float32 ``v >= 0`` -> E8M0 exponent of the smallest power of two >= v
-    (``cvt.rp.satfinite.ue8m0x2.f32``, quantizers.md 5 step 3).
+    (``cvt.rp.satfinite.ue8m0x2.f32``, docs/formats.md, "MXFP8" step 3).
 
     NaN -> 0xFF; +inf and anything above 2**127 -> 0xFE; 0 and v <= 2**-127 -> 0x00.
     """

@@ -1,11 +1,13 @@
-"""Fast exact kernels behind :mod:`fp4convert.formats`, and the choice between them.
+"""Fast exact kernels behind :mod:`fp4convert.formats`: fast paths only, no fallback.
 
 * CPU: ``_native.c`` (built with the package, loaded through ctypes), one pass per 16/32-element
   block, rows split over threads (ctypes releases the GIL).
 * CUDA: Triton kernels (:mod:`fp4convert.formats._triton`) when Triton is importable.
-* Anything else, or a missing kernel: the pure-torch reference.
 
-Every kernel is tested byte for byte against the reference (tests/formats/test_kernels.py).
+The format modules (:mod:`~fp4convert.formats.nvfp4`, :mod:`~fp4convert.formats.mxfp8`) ask
+:func:`has_fast_path` and otherwise run their pure-torch reference, which every kernel is tested
+against byte for byte (tests/formats/test_kernels.py). The scale chain's per-row values come from
+:mod:`fp4convert.formats.profiles`; the kernels only apply them per block.
 FlashInfer's quantize kernels are deliberately not used below compute capability 10: on Hopper
 they launch and return unwritten memory without an error (see :func:`flashinfer_quantize_usable`).
 """
@@ -23,21 +25,24 @@ from typing import Any
 import torch
 
 from fp4convert.formats import profiles
-from fp4convert.formats.codecs import nan_ignoring_abs
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 
 __all__ = [
+    "PROFILE_CODES",
     "flashinfer_quantize_usable",
+    "has_fast_path",
     "mxfp8_matrix",
     "native_available",
     "nvfp4_matrix",
     "row_amax",
+    "tile_amax",
     "triton_available",
 ]
 
-_NATIVE_ABI = 1
+_NATIVE_ABI = 2
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-_PROFILE_CODES = {"te": 0, "te-2.13": 1, "modelopt": 2}
+#: Block chain -> the integer both kernels (``_native.c`` enum, ``_triton.py`` constexpr) switch on.
+PROFILE_CODES = {"te": 0, "te-2.13": 1, "modelopt": 2, "4over6": 3}
 # Rows per task: large enough to amortize the ctypes call, small enough to balance threads.
 _MIN_ELEMENTS_PER_TASK = 1 << 20
 
@@ -50,19 +55,28 @@ def _native_lib() -> Any | None:
     lib = ctypes.CDLL(spec.origin)
     if lib.fp4c_abi_version() != _NATIVE_ABI:
         return None
-    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    i64, ptr, i32, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.fp4c_absmax_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr]
     lib.fp4c_nvfp4_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr, ptr, i32, ptr, ptr]
+    lib.fp4c_nvfp4_4over6_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr, ptr, ptr, i32, i32, f32]
+    lib.fp4c_nvfp4_4over6_rows.argtypes += [ptr, ptr, ptr]
     lib.fp4c_mxfp8_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr]
-    for fn in (lib.fp4c_absmax_rows, lib.fp4c_nvfp4_rows, lib.fp4c_mxfp8_rows):
+    lib.fp4c_tile_amax_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr]
+    for fn in (
+        lib.fp4c_absmax_rows,
+        lib.fp4c_tile_amax_rows,
+        lib.fp4c_nvfp4_rows,
+        lib.fp4c_nvfp4_4over6_rows,
+        lib.fp4c_mxfp8_rows,
+    ):
         fn.restype = None
     return lib
 
 
 def _lib() -> Any:
     lib = _native_lib()
-    if lib is None:  # callers check native_available() first
-        raise RuntimeError("the native fp4convert kernel is not built")
+    if lib is None:
+        raise RuntimeError("the native fp4convert kernel is not built (callers check has_fast_path first)")
     return lib
 
 
@@ -77,6 +91,14 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def has_fast_path(x2d: torch.Tensor) -> bool:
+    """Whether a kernel here handles ``x2d``: a CUDA tensor with Triton, or a bf16/fp16/fp32 CPU
+    tensor with the native kernel built."""
+    if x2d.is_cuda:
+        return triton_available()
+    return x2d.device.type == "cpu" and x2d.dtype in _DTYPE_CODES and native_available()
+
+
 def flashinfer_quantize_usable(device: torch.device | int | None = None) -> bool:
     """Whether FlashInfer's FP4/MXFP8 quantize kernels may be trusted on ``device``.
 
@@ -89,16 +111,18 @@ def flashinfer_quantize_usable(device: torch.device | int | None = None) -> bool
     return major >= 10 and importlib.util.find_spec("flashinfer") is not None
 
 
-def _row_tasks(rows: int, cols: int) -> list[tuple[int, int]]:
+def _row_tasks(rows: int, cols: int, align: int = 1) -> list[tuple[int, int]]:
     """Split rows into nearly equal tasks: one per thread for small tensors (an expert projection
     is a few MB: an uneven split would leave a core idle), four per thread for large ones (load
-    balance when other threads compete for the cores)."""
+    balance when other threads compete for the cores). Bounds are multiples of ``align`` (16 when
+    a task must hold whole 16x16 tiles)."""
     threads = max(1, torch.get_num_threads())
     elements = rows * cols
     if elements < _MIN_ELEMENTS_PER_TASK:
         return [(0, rows)]
-    count = min(rows, threads * (4 if elements >= 16 * _MIN_ELEMENTS_PER_TASK else 1))
-    bounds = [rows * i // count for i in range(count + 1)]
+    units = rows // align
+    count = max(1, min(units, threads * (4 if elements >= 16 * _MIN_ELEMENTS_PER_TASK else 1)))
+    bounds = [units * i // count * align for i in range(count)] + [rows]
     return [(bounds[i], bounds[i + 1]) for i in range(count) if bounds[i] < bounds[i + 1]]
 
 
@@ -119,8 +143,8 @@ def _pool(size: int) -> ThreadPoolExecutor:
         return _POOL
 
 
-def _run_rows(fn: Any, rows: int, cols: int) -> None:
-    tasks = _row_tasks(rows, cols)
+def _run_rows(fn: Any, rows: int, cols: int, align: int = 1) -> None:
+    tasks = _row_tasks(rows, cols, align)
     if len(tasks) == 1:
         fn(*tasks[0])
         return
@@ -132,25 +156,23 @@ def _run_rows(fn: Any, rows: int, cols: int) -> None:
         future.result()
 
 
-def _native_ok(x2d: torch.Tensor) -> bool:
-    return x2d.device.type == "cpu" and x2d.dtype in _DTYPE_CODES and native_available()
-
-
 def contiguous_rows(x2d: torch.Tensor) -> torch.Tensor:
     """``x2d`` if its rows are contiguous (row stride free), else a contiguous copy."""
     return x2d if x2d.stride(-1) == 1 else x2d.contiguous()
 
 
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
 def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     """NaN-ignoring per-row amax ``(M,)`` float32 (TE's amax kernels skip NaN, keep inf)."""
-    if x2d.is_cuda and triton_available():
+    x2d = contiguous_rows(x2d)
+    if x2d.is_cuda:
         from fp4convert.formats import _triton
 
         return _triton.row_amax(x2d)
-    if not _native_ok(x2d):
-        return nan_ignoring_abs(x2d).amax(dim=-1)
     lib = _lib()
-    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     out = torch.empty(rows, dtype=torch.float32)
     code = _DTYPE_CODES[x2d.dtype]
@@ -162,65 +184,95 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
+    """Fast path of :func:`fp4convert.formats.nvfp4.tile_amax` for a 2-D ``(M, N)`` matrix."""
+    x2d = contiguous_rows(x2d)
+    if x2d.is_cuda:
+        from fp4convert.formats import _triton
+
+        return _triton.tile_amax(x2d)
+    lib = _lib()
+    rows, cols = x2d.shape
+    out = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.float32)
+    code = _DTYPE_CODES[x2d.dtype]
+
+    def run(r0: int, r1: int) -> None:
+        lib.fp4c_tile_amax_rows(x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), out.data_ptr())
+
+    _run_rows(run, rows, cols, align=NVFP4_BLOCK)
+    return out
+
+
 def nvfp4_matrix(
     x2d: torch.Tensor,
     row_amax: torch.Tensor,
     profile: profiles.Profile,
     block_amax: torch.Tensor | None = None,
+    *,
+    choice: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fast path of :func:`fp4convert.formats.nvfp4.nvfp4_matrix_reference` (same contract)."""
-    from fp4convert.formats.nvfp4 import nvfp4_matrix_reference
+    """Fast path of :func:`fp4convert.formats.nvfp4.nvfp4_matrix_reference`.
 
-    if x2d.is_cuda and triton_available():
-        from fp4convert.formats import _triton
+    Args:
+        x2d: ``(M, N)`` matrix on the CPU or a CUDA device (:func:`has_fast_path` must hold).
+        row_amax: float32 ``(M,)`` outer amax of each row.
+        profile: arithmetic profile.
+        block_amax: optional float32 ``(M, N/16)`` 16x16 tile amaxes (:func:`tile_amax`), used
+            instead of each block's own; rows then come in whole tiles (M % 16 == 0) and 4over6
+            makes one choice per tile, as TE's 2-D quantization does.
+        choice: optional uint8 ``(M, N/16)`` tensor on ``x2d``'s device; 4over6 writes 1 where a
+            block took map-to-4, 0 where it took map-to-6.
 
-        return _triton.nvfp4_matrix(x2d, row_amax, profile, block_amax)
-    if not _native_ok(x2d):
-        return nvfp4_matrix_reference(x2d, row_amax, profile, block_amax)
-    lib = _lib()
+    Returns:
+        ``(data (M, N/2) uint8, scale (M, N/16) uint8)``.
+    """
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
-    outer = profiles.outer_scales(row_amax.reshape(rows), profile)
-    s_dec = outer.s_dec.contiguous()
-    mult = outer.mult.contiguous()
+    spec = profiles.profile_spec(profile)
+    outer = profiles.outer_scales(row_amax.reshape(rows).to(x2d.device), profile)
     blk = None if block_amax is None else block_amax.float().contiguous()
+    tile_rows = 1 if blk is None else NVFP4_BLOCK
+    code = PROFILE_CODES[spec.chain]
+    if x2d.is_cuda:
+        from fp4convert.formats import _triton
+
+        return _triton.nvfp4_matrix(x2d, outer, code, spec, blk, tile_rows, choice)
+    lib = _lib()
     data = torch.empty(rows, cols // 2, dtype=torch.uint8)
     scale = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.uint8)
-    code = _DTYPE_CODES[x2d.dtype]
-    prof = _PROFILE_CODES[profile]
+    dtype = _DTYPE_CODES[x2d.dtype]
+    amax, s_enc, s_dec, mult = (t.contiguous() for t in (outer.amax, outer.s_enc, outer.s_dec, outer.mult))
+    src, ld = x2d.data_ptr(), x2d.stride(0)
 
-    def run(r0: int, r1: int) -> None:
-        lib.fp4c_nvfp4_rows(
-            x2d.data_ptr(),
-            code,
-            r0,
-            r1,
-            cols,
-            x2d.stride(0),
-            s_dec.data_ptr(),
-            mult.data_ptr(),
-            None if blk is None else blk.data_ptr(),
-            prof,
-            data.data_ptr(),
-            scale.data_ptr(),
-        )
+    if spec.chain == "4over6":
+        mse = int(spec.error == "mse")
 
-    _run_rows(run, rows, cols)
+        def run(r0: int, r1: int) -> None:
+            lib.fp4c_nvfp4_4over6_rows(
+                src, dtype, r0, r1, cols, ld, amax.data_ptr(), s_enc.data_ptr(), s_dec.data_ptr(), _ptr(blk),
+                tile_rows, mse, spec.global_max, data.data_ptr(), scale.data_ptr(), _ptr(choice),
+            )  # fmt: skip
+
+    else:
+
+        def run(r0: int, r1: int) -> None:
+            lib.fp4c_nvfp4_rows(
+                src, dtype, r0, r1, cols, ld, s_dec.data_ptr(), mult.data_ptr(), _ptr(blk), code,
+                data.data_ptr(), scale.data_ptr(),
+            )  # fmt: skip
+
+    _run_rows(run, rows, cols, align=tile_rows)
     return data, scale
 
 
 def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path of :func:`fp4convert.formats.mxfp8.mxfp8_matrix_reference` (same contract)."""
-    from fp4convert.formats.mxfp8 import mxfp8_matrix_reference
-
-    if x2d.is_cuda and triton_available():
+    x2d = contiguous_rows(x2d)
+    if x2d.is_cuda:
         from fp4convert.formats import _triton
 
         return _triton.mxfp8_matrix(x2d)
-    if not _native_ok(x2d):
-        return mxfp8_matrix_reference(x2d)
     lib = _lib()
-    x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8)
     scale = torch.empty(rows, cols // MXFP8_BLOCK, dtype=torch.uint8)

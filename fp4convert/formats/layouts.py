@@ -1,4 +1,4 @@
-"""Scale-tensor layouts and their inverses (quantizers.md 1.3 and 5).
+"""Scale-tensor layouts and their inverses (docs/formats.md, "Layouts").
 
 * ``compact``: ``(rows, blocks)``, row-major, no padding. What checkpoints store (ModelOpt
   ``weight_scale``, compressed-tensors, SGLang ``weight_scale_inv``) and fp4convert returns.

@@ -1,8 +1,9 @@
-"""MXFP8: E4M3 values, one E8M0 power-of-two scale per 32 values, no outer scale (quantizers.md 5).
+"""MXFP8: E4M3 values, one E8M0 power-of-two scale per 32 values, no outer scale (docs/formats.md, "MXFP8").
 
 Row-wise blocks are 32 consecutive values of a row; column-wise blocks are 32 consecutive rows of a
 column. The two copies are quantized independently from high precision (they differ numerically).
-The column-wise data keep the source shape (not transposed), as in TransformerEngine.
+The column-wise data keep the source shape (not transposed), as in TransformerEngine. This module
+chooses between the fast kernel (:mod:`fp4convert.formats.kernels`) and the reference here.
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ from typing import Literal, get_args
 import torch
 
 from fp4convert.errors import FormatError
+from fp4convert.formats import kernels, profiles
 from fp4convert.formats.codecs import (
     e4m3_decode,
     e4m3_encode,
-    e8m0_decode,
     e8m0_encode_roundup,
     e8m0_inverse,
     nan_ignoring_abs,
+    scalar_like,
 )
 from fp4convert.formats.spec import E4M3, MXFP8_BLOCK
 
-__all__ = ["MXFP8Tensor", "dequantize_mxfp8", "mxfp8_matrix_reference", "quantize_mxfp8"]
+__all__ = ["MXFP8Tensor", "dequantize_mxfp8", "mxfp8_matrix", "mxfp8_matrix_reference", "quantize_mxfp8"]
 
+Backend = Literal["auto", "reference"]
 Axis = Literal["row", "col"]
 AXES: tuple[str, ...] = get_args(Axis)
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -62,11 +65,17 @@ def mxfp8_matrix_reference(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     rows, cols = x2d.shape
     blocks = x2d.float().reshape(rows, cols // MXFP8_BLOCK, MXFP8_BLOCK)
     amax = nan_ignoring_abs(blocks).amax(dim=-1)
-    one = torch.tensor(1.0, dtype=torch.float32, device=x2d.device)
-    r448 = torch.div(one, torch.tensor(E4M3.max, dtype=torch.float32, device=x2d.device))
+    r448 = torch.div(scalar_like(1.0, blocks), scalar_like(E4M3.max, blocks))
     e = e8m0_encode_roundup(amax * r448)
     data = e4m3_encode(blocks * e8m0_inverse(e).unsqueeze(-1))
     return data.reshape(rows, cols), e
+
+
+def mxfp8_matrix(x2d: torch.Tensor, *, backend: Backend = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`mxfp8_matrix_reference` through the fastest exact path for the device (same bytes)."""
+    if backend == "auto" and kernels.has_fast_path(x2d):
+        return kernels.mxfp8_matrix(x2d)
+    return mxfp8_matrix_reference(x2d)
 
 
 def _check_input(x: torch.Tensor, axis: str) -> None:
@@ -95,9 +104,7 @@ def _check_input(x: torch.Tensor, axis: str) -> None:
         )
 
 
-def quantize_mxfp8(
-    x: torch.Tensor, *, axis: Axis = "row", backend: Literal["auto", "reference"] = "auto"
-) -> MXFP8Tensor:
+def quantize_mxfp8(x: torch.Tensor, *, axis: Axis = "row", backend: Backend = "auto") -> MXFP8Tensor:
     """Quantize ``x`` to MXFP8, byte-identical to TransformerEngine's ``MXFP8Quantizer`` (E4M3).
 
     Args:
@@ -119,12 +126,11 @@ def quantize_mxfp8(
         ('0x77', '0x78')
     """
     _check_input(x, axis)
-    from fp4convert.formats import kernels
-
-    matrix = mxfp8_matrix_reference if backend == "reference" else kernels.mxfp8_matrix
+    if backend not in get_args(Backend):
+        raise FormatError(f"unknown backend {backend!r}", hint="use 'auto' or 'reference'", found=backend)
     src = x if axis == "row" else x.transpose(-1, -2).contiguous()
     cols = src.shape[-1]
-    data, scale = matrix(src.reshape(-1, cols))
+    data, scale = mxfp8_matrix(src.reshape(-1, cols), backend=backend)
     data = data.reshape(src.shape)
     scale = scale.reshape(*src.shape[:-1], cols // MXFP8_BLOCK)
     if axis == "col":
@@ -133,10 +139,25 @@ def quantize_mxfp8(
     return MXFP8Tensor(shape=tuple(x.shape), dtype=x.dtype, axis=axis, data=data, scale=scale)
 
 
-def dequantize_mxfp8(q: MXFP8Tensor, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Dequantize: ``e4m3(data) * 2**(scale - 127)``, in float32, cast once to ``dtype``."""
+def dequantize_mxfp8(
+    q: MXFP8Tensor, *, dtype: torch.dtype = torch.float32, profile: profiles.MXFP8Profile = "te"
+) -> torch.Tensor:
+    """Dequantize: ``e4m3(data) * 2**(scale - 127)``, in float32, cast once to ``dtype``.
+
+    ``profile="te-2.18"`` decodes the E8M0 scale as TE <= 2.18 did (code 0 -> 0.0, code 255 -> +inf;
+    :func:`fp4convert.formats.profiles.mxfp8_scale_decode`), e.g. to reproduce what such a TE's
+    ``dequantize()`` gave for a block of subnormal values.
+
+    Example:
+        >>> import torch
+        >>> q = quantize_mxfp8(torch.full((1, 32), 1e-40))
+        >>> q.scale[0, 0].item(), dequantize_mxfp8(q)[0, 0].item() > 0
+        (0, True)
+        >>> dequantize_mxfp8(q, profile="te-2.18")[0, 0].item()
+        0.0
+    """
     values = e4m3_decode(q.data)
-    factor = e8m0_decode(q.scale)
+    factor = profiles.mxfp8_scale_decode(q.scale, profile)
     dim = -1 if q.axis == "row" else -2
     factor = factor.repeat_interleave(MXFP8_BLOCK, dim=dim)
     return (values * factor).to(dtype)

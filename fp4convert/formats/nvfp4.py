@@ -1,10 +1,10 @@
-"""NVFP4: E2M1 values, one E4M3 scale per 16 values, an FP32 outer amax (quantizers.md 1-4).
+"""NVFP4: E2M1 values, one E4M3 scale per 16 values, an FP32 outer amax (docs/formats.md, "NVFP4").
 
 :func:`quantize_nvfp4` is the public entry point. The arithmetic lives in
 :mod:`fp4convert.formats.profiles`; this module handles shapes, scopes (which elements share one
-outer amax), tiles (1x16 rows or 16x16 weight tiles), the column-wise copy, and dispatch to a fast
-kernel (:mod:`fp4convert.formats.kernels`), which every test compares byte for byte with the
-pure-torch reference path here.
+outer amax), tiles (1x16 rows or 16x16 weight tiles), the column-wise copy, and the choice between
+a fast kernel (:mod:`fp4convert.formats.kernels`) and the pure-torch reference path here, which
+every kernel is tested against byte for byte.
 """
 
 from __future__ import annotations
@@ -15,11 +15,20 @@ from typing import Literal, get_args
 import torch
 
 from fp4convert.errors import FormatError
-from fp4convert.formats import profiles
+from fp4convert.formats import kernels, profiles
 from fp4convert.formats.codecs import e2m1_decode, nan_ignoring_abs, pack_fp4, unpack_fp4
 from fp4convert.formats.spec import NVFP4_BLOCK
 
-__all__ = ["NVFP4Tensor", "dequantize_nvfp4", "nvfp4_matrix_reference", "quantize_nvfp4", "tile_amax"]
+__all__ = [
+    "NVFP4Tensor",
+    "dequantize_nvfp4",
+    "four_over_six_choices",
+    "nvfp4_matrix",
+    "nvfp4_matrix_reference",
+    "quantize_nvfp4",
+    "row_amax",
+    "tile_amax",
+]
 
 Tile = Literal["1x16", "16x16"]
 Scope = Literal["tensor", "row", "expert"]
@@ -67,7 +76,12 @@ class NVFP4Tensor:
         return profiles.outer_scales(self.amax, self.profile).s_dec  # type: ignore[arg-type]
 
 
-def _check_input(x: torch.Tensor, tile: str, scope: str, columnwise: bool) -> None:
+def _check_backend(backend: str) -> None:
+    if backend not in get_args(Backend):
+        raise FormatError(f"unknown backend {backend!r}", hint="use 'auto' or 'reference'", found=backend)
+
+
+def _check_input(x: torch.Tensor, tile: str, scope: str, columnwise: bool, profile: str) -> None:
     if x.dtype not in INPUT_DTYPES:
         raise FormatError(
             f"NVFP4 input has dtype {x.dtype}, expected bfloat16, float16 or float32",
@@ -95,6 +109,12 @@ def _check_input(x: torch.Tensor, tile: str, scope: str, columnwise: bool) -> No
             "16x16 tiles cannot be combined with per-row outer scales (TE forbids 2-D row-scaled NVFP4)",
             hint="use tile='1x16' for per-row scales",
         )
+    if scope == "row" and columnwise and profiles.profile_spec(profile).chain == "4over6":
+        raise FormatError(
+            f"profile {profile!r}: a row-scaled 4over6 tensor has no column-wise copy (TE's 4over6 kernel "
+            "refuses it: it does not consume the per-column amaxes)",
+            hint="quantize the column-wise copy with scope='tensor', or use columnwise=False",
+        )
     rows, cols = x.shape[-2], x.shape[-1]
     if cols % NVFP4_BLOCK:
         raise FormatError(
@@ -113,14 +133,17 @@ def _check_input(x: torch.Tensor, tile: str, scope: str, columnwise: bool) -> No
         )
 
 
-def _scope_amax(x: torch.Tensor, scope: str, backend: str) -> torch.Tensor:
-    """NaN-ignoring amax per scope unit: ``()`` tensor, ``(M,)`` row, ``(E,)`` expert."""
-    if backend == "reference":
-        rows = nan_ignoring_abs(x.reshape(-1, x.shape[-1])).amax(dim=-1)
-    else:
-        from fp4convert.formats import kernels
+def row_amax(x2d: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
+    """NaN-ignoring amax of each row of ``x2d (M, N)``: float32 ``(M,)`` (TE's amax kernels skip NaN,
+    keep inf). ``backend="auto"`` uses the fast kernel where there is one."""
+    if backend == "auto" and kernels.has_fast_path(x2d):
+        return kernels.row_amax(x2d)
+    return nan_ignoring_abs(x2d).amax(dim=-1)
 
-        rows = kernels.row_amax(x.reshape(-1, x.shape[-1]))
+
+def _scope_amax(x: torch.Tensor, scope: str, backend: Backend) -> torch.Tensor:
+    """NaN-ignoring amax per scope unit: ``()`` tensor, ``(M,)`` row, ``(E,)`` expert."""
+    rows = row_amax(x.reshape(-1, x.shape[-1]), backend=backend)
     if scope == "tensor":
         return rows.amax()
     if scope == "row":
@@ -153,55 +176,82 @@ def _per_row(amax: torch.Tensor, scope: str, shape: torch.Size) -> torch.Tensor:
 
 
 def tile_amax(x: torch.Tensor) -> torch.Tensor:
-    """16x16 tile amax (NaN ignored) repeated for each of the tile's 16 rows: ``(M, cols/16)``."""
+    """16x16 tile amax (NaN ignored) repeated for each of the tile's 16 rows: ``(M, cols/16)``, with
+    M the product of all dims but the last (rows % 16 == 0)."""
     a = nan_ignoring_abs(x).reshape(-1, NVFP4_BLOCK, x.shape[-1] // NVFP4_BLOCK, NVFP4_BLOCK)
     tiles = a.amax(dim=(1, 3))
     return tiles.repeat_interleave(NVFP4_BLOCK, dim=0)
 
 
+def _reference_matrix(
+    x2d: torch.Tensor, row_amax: torch.Tensor, profile: profiles.Profile, tile: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    rows, cols = x2d.shape
+    blocks = x2d.float().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
+    block_amax = tile_amax(x2d) if tile == "16x16" else nan_ignoring_abs(blocks).amax(dim=-1)
+    outer = profiles.outer_scales(row_amax.reshape(rows, 1), profile)
+    tile_rows = NVFP4_BLOCK if tile == "16x16" else 1
+    codes, scale, map4 = profiles.quantize_blocks(blocks, block_amax, outer, profile, tile_rows=tile_rows)
+    return pack_fp4(codes.reshape(rows, cols)), scale, map4
+
+
 def nvfp4_matrix_reference(
-    x2d: torch.Tensor,
-    row_amax: torch.Tensor,
-    profile: profiles.Profile,
-    block_amax: torch.Tensor | None = None,
+    x2d: torch.Tensor, row_amax: torch.Tensor, profile: profiles.Profile, *, tile: Tile = "1x16"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize each row of ``x2d (M, N)`` in 1x16 blocks: the pure-torch reference.
+    """Quantize each row of ``x2d (M, N)`` in 16-element blocks: the pure-torch reference.
 
     Args:
-        x2d: bf16/fp16/fp32 matrix, N divisible by 16.
+        x2d: bf16/fp16/fp32 matrix, N divisible by 16 (M too for 16x16 tiles).
         row_amax: float32 ``(M,)`` outer amax for each row (already expanded from its scope).
         profile: arithmetic profile.
-        block_amax: optional ``(M, N/16)`` block amaxes to use instead of each block's own
-            (16x16 tiles pass their tile amax here).
+        tile: ``"1x16"``, or ``"16x16"``: each block takes its 16x16 tile's amax (and under 4over6
+            the tile's 16 rows make one choice).
 
     Returns:
         ``(data (M, N/2) uint8, scale (M, N/16) uint8)``.
     """
-    rows, cols = x2d.shape
-    blocks = x2d.float().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
-    if block_amax is None:
-        block_amax = nan_ignoring_abs(blocks).amax(dim=-1)
-    outer = profiles.outer_scales(row_amax.reshape(rows, 1), profile)
-    scale = profiles.block_scale_bytes(block_amax, outer, profile)
-    codes = profiles.encode_blocks(blocks, scale, outer, profile)
-    return pack_fp4(codes.reshape(rows, cols)), scale
+    data, scale, _ = _reference_matrix(x2d, row_amax, profile, tile)
+    return data, scale
+
+
+def _block_amax_for_kernel(x2d: torch.Tensor, tile: str) -> torch.Tensor | None:
+    return kernels.tile_amax(x2d) if tile == "16x16" else None
+
+
+def nvfp4_matrix(
+    x2d: torch.Tensor,
+    row_amax: torch.Tensor,
+    profile: profiles.Profile,
+    *,
+    tile: Tile = "1x16",
+    backend: Backend = "auto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`nvfp4_matrix_reference` through the fastest exact path for the device (same bytes)."""
+    if backend == "auto" and kernels.has_fast_path(x2d):
+        return kernels.nvfp4_matrix(x2d, row_amax, profile, _block_amax_for_kernel(x2d, tile))
+    return nvfp4_matrix_reference(x2d, row_amax, profile, tile=tile)
 
 
 def _quantize_rowwise(
-    x: torch.Tensor, amax: torch.Tensor, scope: str, tile: str, profile: profiles.Profile, backend: str
+    x: torch.Tensor, amax: torch.Tensor, scope: str, tile: Tile, profile: profiles.Profile, backend: Backend
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    from fp4convert.formats import kernels  # the fast paths; imported late to keep this module pure
-
     cols = x.shape[-1]
-    x2d = x.reshape(-1, cols)
-    row_amax = _per_row(amax, scope, x.shape)
-    block_amax = tile_amax(x) if tile == "16x16" else None
-    if backend == "reference":
-        data, scale = nvfp4_matrix_reference(x2d, row_amax, profile, block_amax)
-    else:
-        data, scale = kernels.nvfp4_matrix(x2d, row_amax, profile, block_amax)
+    data, scale = nvfp4_matrix(
+        x.reshape(-1, cols), _per_row(amax, scope, x.shape), profile, tile=tile, backend=backend
+    )
     lead = tuple(x.shape[:-1])
     return data.reshape(*lead, cols // 2), scale.reshape(*lead, cols // NVFP4_BLOCK)
+
+
+def _outer_amax(x: torch.Tensor, scope: str, amax: torch.Tensor | float | None, backend: Backend) -> torch.Tensor:
+    if amax is None:
+        return _scope_amax(x, scope, backend)
+    expected: tuple[int, ...] = {
+        "tensor": (),
+        "row": (x.numel() // x.shape[-1],),
+        "expert": (x.shape[0],),
+    }[scope]
+    return _check_amax(torch.as_tensor(amax, device=x.device), expected, scope).to(x.device)
 
 
 def quantize_nvfp4(
@@ -229,7 +279,10 @@ def quantize_nvfp4(
         rowwise: produce ``data`` / ``scale``.
         columnwise: also produce ``data_t`` / ``scale_t``, quantized from ``x`` transposed over its
             last two dims (never derived from the row-wise bytes, as in TE).
-        profile: ``"te"`` (TE >= 2.14, FlashInfer exact mode), ``"te-2.13"`` or ``"modelopt"``.
+        profile: ``"te"`` (TE >= 2.14, FlashInfer exact mode), ``"te-2.13"``, ``"modelopt"``, or
+            TE's 4over6 ``"te-4over6-mae"``, ``"te-4over6-mse"`` (global E4M3 bound 448) and
+            ``"te-4over6-mae-256"``, ``"te-4over6-mse-256"`` (bound 256); see
+            :mod:`fp4convert.formats.profiles`.
         backend: ``"auto"`` picks the fastest exact kernel for the device; ``"reference"`` forces
             the pure-torch path (the specification the kernels are tested against).
 
@@ -238,7 +291,8 @@ def quantize_nvfp4(
 
     Raises:
         FormatError: wrong dtype, too few dims, a dim not divisible by the block, an unknown
-            tile/scope/profile, or an ``amax`` of the wrong shape.
+            tile/scope/profile, an ``amax`` of the wrong shape, or a combination TE refuses
+            (16x16 tiles with row scope; a 4over6 row-scaled tensor with a column-wise copy).
 
     Example:
         >>> import torch
@@ -248,18 +302,9 @@ def quantize_nvfp4(
         (119, 126, 1.0)
     """
     profile = profiles.check_profile(profile)
-    _check_input(x, tile, scope, columnwise)
-    if backend not in get_args(Backend):
-        raise FormatError(f"unknown backend {backend!r}", hint="use 'auto' or 'reference'")
-    if amax is None:
-        amax_t = _scope_amax(x, scope, backend)
-    else:
-        expected: tuple[int, ...] = {
-            "tensor": (),
-            "row": (x.numel() // x.shape[-1],),
-            "expert": (x.shape[0],),
-        }[scope]
-        amax_t = _check_amax(torch.as_tensor(amax, device=x.device), expected, scope).to(x.device)
+    _check_input(x, tile, scope, columnwise, profile)
+    _check_backend(backend)
+    amax_t = _outer_amax(x, scope, amax, backend)
     data = scale = data_t = scale_t = col_amax = None
     if rowwise:
         data, scale = _quantize_rowwise(x, amax_t, scope, tile, profile, backend)
@@ -280,6 +325,48 @@ def quantize_nvfp4(
         data_t=data_t,
         scale_t=scale_t,
     )
+
+
+def four_over_six_choices(
+    x: torch.Tensor,
+    *,
+    profile: profiles.Profile,
+    tile: Tile = "1x16",
+    scope: Scope = "tensor",
+    amax: torch.Tensor | float | None = None,
+    backend: Backend = "auto",
+) -> torch.Tensor:
+    """Which candidate each row-wise block of ``x`` takes under a 4over6 profile.
+
+    Arguments as :func:`quantize_nvfp4`. Returns a bool tensor ``(..., rows, cols/16)``: True where
+    the block (for 16x16 tiles: its tile, repeated over the tile's rows) took map-to-4. The bytes
+    :func:`quantize_nvfp4` writes are exactly that candidate's.
+
+    Example:
+        >>> import torch
+        >>> x = torch.tensor([[4.0] + [1.0] * 15, [6.0] + [0.1] * 15])
+        >>> four_over_six_choices(x, profile="te-4over6-mse").flatten().tolist()
+        [True, False]
+    """
+    profile = profiles.check_profile(profile)
+    if profiles.profile_spec(profile).chain != "4over6":
+        raise FormatError(
+            f"profile {profile!r} has no candidate choice", hint="use a te-4over6-* profile", found=profile
+        )
+    _check_input(x, tile, scope, False, profile)
+    _check_backend(backend)
+    cols = x.shape[-1]
+    x2d = x.reshape(-1, cols)
+    amax_rows = _per_row(_outer_amax(x, scope, amax, backend), scope, x.shape)
+    if backend == "auto" and kernels.has_fast_path(x2d):
+        choice = torch.empty(x2d.shape[0], cols // NVFP4_BLOCK, dtype=torch.uint8, device=x.device)
+        kernels.nvfp4_matrix(x2d, amax_rows, profile, _block_amax_for_kernel(x2d, tile), choice=choice)
+        map4 = choice.bool()
+    else:
+        _, _, picked = _reference_matrix(x2d, amax_rows, profile, tile)
+        assert picked is not None
+        map4 = picked
+    return map4.reshape(*x.shape[:-1], cols // NVFP4_BLOCK)
 
 
 def dequantize_nvfp4(q: NVFP4Tensor, *, dtype: torch.dtype = torch.float32, columnwise: bool = False) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Every bit-level constant of the formats, in one table (quantizers.md sections 1, 5).
+"""Every bit-level constant of the formats, in one table (docs/formats.md, "The formats").
 
 No other module defines exponent widths, biases or maxima: they import them from here.
 """
@@ -12,6 +12,7 @@ __all__ = [
     "E4M3",
     "E8M0",
     "FLT_MAX",
+    "FOUR_OVER_SIX_E4M3_MAX",
     "MXFP8_BLOCK",
     "NVFP4_BLOCK",
     "NVFP4_GLOBAL_MAX",
@@ -56,5 +57,8 @@ NVFP4_BLOCK = 16
 MXFP8_BLOCK = 32
 #: E2M1 max x E4M3 max = 6 * 448: the amax that maps to the largest encodable value.
 NVFP4_GLOBAL_MAX = E2M1.max * E4M3.max
+#: The smaller E4M3 bound TE's 4over6 may use for the global scale (``nvfp4_e4m3_max=256``), so that
+#: a map-to-4 block scale (1.5 x the map-to-6 one) never saturates at 448.
+FOUR_OVER_SIX_E4M3_MAX = 256.0
 #: Largest finite float32; TE clamps +inf scales to it.
 FLT_MAX = 3.4028234663852886e38

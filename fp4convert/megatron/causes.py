@@ -25,11 +25,6 @@ from fp4convert.plan import PlannedTensor, shared_amax
 
 __all__ = ["STALE_BF16", "ep_words", "expert_name", "matches_other", "other_expert_cause", "quantized_cause"]
 
-_PROFILE_WORDS = {
-    "te": "TransformerEngine >= 2.14's order (block amax times S_enc/6)",
-    "te-2.13": "TransformerEngine <= 2.13's order (block amax / 6 first)",
-    "modelopt": "ModelOpt's division order (x / (sf * s2))",
-}
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
@@ -49,12 +44,9 @@ def _with_global(ctx: Context, item: PlannedTensor, glob: torch.Tensor) -> dict[
     x = ctx.master_piece(item).cpu().float()
     rows, cols = x.shape
     blocks = x.reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
-    if getattr(item.decision.recipe, "tile", "1x16") == "16x16":
-        block_amax = tile_amax(x)
-    else:
-        block_amax = nan_ignoring_abs(blocks).amax(dim=-1)
-    scale = profiles.block_scale_bytes(block_amax, outer, profile)  # type: ignore[arg-type]
-    codes = profiles.encode_blocks(blocks, scale, outer, profile)  # type: ignore[arg-type]
+    tiled = getattr(item.decision.recipe, "tile", "1x16") == "16x16"
+    block_amax = tile_amax(x) if tiled else nan_ignoring_abs(blocks).amax(dim=-1)
+    codes, scale, _ = profiles.quantize_blocks(blocks, block_amax, outer, profile, tile_rows=16 if tiled else 1)  # type: ignore[arg-type]
     names = [name for name, _, _ in item.outputs]
     return {
         names[0]: pack_fp4(codes.reshape(rows, cols)),
@@ -173,7 +165,8 @@ def quantized_cause(ctx: Context, item: PlannedTensor, actual: Mapping[str, torc
                     also = "" if shared else f"; and {together} were quantized separately"
                     return (
                         f"bytes match the {profile} profile, not {ctx.plan.profile}: the exporter uses "
-                        f"{_PROFILE_WORDS[profile]}, the contract {_PROFILE_WORDS[ctx.plan.profile]}{also}"
+                        f"{profiles.profile_spec(profile).description}, the contract "
+                        f"{profiles.profile_spec(ctx.plan.profile).description}{also}"
                     )
         scale = _scale_cause(ctx, item, actual)
         if scale:

@@ -32,7 +32,8 @@ from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_chec
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.contract.emit import emit
-from fp4convert.families import ExpertLayout, hf_to_megatron
+from fp4convert.errors import ConversionError
+from fp4convert.families import ExpertLayout, MegatronSpelling, hf_to_megatron, packed_name
 from fp4convert.inventory import ModelInventory, TensorInfo
 from fp4convert.inventory.dtypes import torch_dtype
 from fp4convert.version import __version__
@@ -83,11 +84,11 @@ class _Target:
     shape: tuple[int, ...] = ()
 
 
-def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: ExpertLayout) -> list[_Target]:
+def _targets(inventory: ModelInventory, source: SourceCheckpoint, spelling: MegatronSpelling) -> list[_Target]:
     """Megatron tensors in source-file order, each with its name, dtype and shape from a meta dry run."""
     groups: dict[str, _Target] = {}
-    for info in inventory:
-        groups.setdefault(info.megatron_name or info.name, _Target([])).members.append(info)
+    for info in inventory:  # stacked experts / fused MLA down projections gather several tables' tensors
+        groups.setdefault(packed_name(info.megatron_name or info.name, spelling), _Target([])).members.append(info)
     order = {name: n for n, name in enumerate(source.shards)}
 
     def position(target: _Target) -> tuple[int, int]:
@@ -101,7 +102,7 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, layout: Expert
             for i in target.members
             if not _is_shared_copy(i)
         }
-        [(name, tensor)] = hf_to_megatron(meta, inventory.family, inventory.config, expert_layout=layout).items()
+        [(name, tensor)] = hf_to_megatron(meta, inventory.family, inventory.config, spelling=spelling).items()
         target.name, target.dtype, target.shape = name, dtype_name(tensor.dtype), tuple(tensor.shape)
         target.file = source.tensor_file[target.members[0].name]
     files = [f for f in source.shards if any(t.file == f for t in targets)]
@@ -126,7 +127,7 @@ def _write_shard(
     targets: list[_Target],
     source: SourceCheckpoint,
     inventory: ModelInventory,
-    layout: ExpertLayout,
+    spelling: MegatronSpelling,
     files: dict[str, SafetensorsFile],
     hook: ProgressHook,
 ) -> dict[str, str]:
@@ -144,7 +145,7 @@ def _write_shard(
                 if shard not in files:
                     files[shard] = source.open(shard)
                 pieces[info.name] = files[shard].read(info.name)
-            out = hf_to_megatron(pieces, inventory.family, inventory.config, expert_layout=layout)
+            out = hf_to_megatron(pieces, inventory.family, inventory.config, spelling=spelling)
             writer.write(target.name, out[target.name])
             hook(
                 "tensor",
@@ -167,6 +168,7 @@ def import_hf(
     overwrite: bool = False,
     revision: str | None = None,
     progress: ProgressHook | None = None,
+    spelling: MegatronSpelling | None = None,
 ) -> ImportReport:
     """Write an HF checkpoint's BF16 weights under Megatron-Core names, with the contract's TE files.
 
@@ -180,6 +182,9 @@ def import_hf(
         overwrite: replace an existing destination.
         revision: Hub revision of ``source``.
         progress: called with progress events.
+        spelling: the Megatron-Core spelling to write (layer spec norms, MTP name of the version,
+            expert layout, MLA fusion: :class:`~fp4convert.families.MegatronSpelling`); None writes
+            the TE spec with ``expert_layout``.
 
     Returns:
         An :class:`ImportReport`.
@@ -199,6 +204,14 @@ def import_hf(
     started = time.perf_counter()
     hook: ProgressHook = progress or (lambda event, payload: None)
     layout = ExpertLayout(expert_layout)
+    if spelling is None:
+        spelling = MegatronSpelling(experts=layout)
+    elif layout is not ExpertLayout.GROUPED and layout is not spelling.experts:
+        raise ConversionError(
+            f"--expert-layout {layout.value} contradicts the spelling's {spelling.experts.value}",
+            hint="give the expert layout once",
+        )
+    layout = spelling.experts
     source_path = resolve_source(source, revision=revision)
     ckpt = open_checkpoint(source_path)
     inventory = ckpt.inventory()
@@ -206,7 +219,7 @@ def import_hf(
         None if contract is None else contract if isinstance(contract, Contract) else load_contract(contract)
     )
     texts, notes = _precision_files(the_contract, inventory) if the_contract is not None else ({}, [])
-    targets = _targets(inventory, ckpt, layout)  # everything is decided before a byte is written
+    targets = _targets(inventory, ckpt, spelling)  # everything is decided before a byte is written
     staging = prepare_staging(source_path, Path(destination), overwrite=overwrite, resumable=False)
     hook("plan", {"tensors": len(targets), "bytes": sum(ckpt.entry(i.name).nbytes for i in inventory)})
     by_file: dict[str, list[_Target]] = {}
@@ -216,7 +229,7 @@ def import_hf(
     files: dict[str, SafetensorsFile] = {}
     try:
         for file_name, group in by_file.items():
-            sha.update(_write_shard(staging / file_name, group, ckpt, inventory, layout, files, hook))
+            sha.update(_write_shard(staging / file_name, group, ckpt, inventory, spelling, files, hook))
     finally:
         for handle in files.values():
             handle.close()
@@ -236,6 +249,11 @@ def import_hf(
             "producer": {"name": "fp4convert", "version": __version__},
             "family": inventory.family,
             "expert_layout": layout.value,
+            "spelling": {
+                "separate_norms": spelling.separate_norms,
+                "mtp_inner": spelling.mtp_inner.value,
+                "mla_down_proj_fusion": spelling.mla_down_proj_fusion,
+            },
             "source": {
                 "location": str(source),
                 "revision": revision,

@@ -72,7 +72,7 @@ class ExportPlan:
     @property
     def profile(self) -> str:
         """The contract's NVFP4 arithmetic profile."""
-        return self.contract.quantizer
+        return self.contract.nvfp4_profile
 
     def item(self, name: str) -> PlannedTensor:
         """The item of HF tensor ``name``.

@@ -44,8 +44,10 @@ _LOADING = {
     "modelopt": "SGLang, vLLM and TensorRT-LLM detect this ModelOpt checkpoint from `config.json` "
     "(`quantization_config.quant_method: modelopt`). Plain transformers does not load ModelOpt weights; "
     "`fp4convert dequantize` turns them back into BF16 that it does.",
-    "sglang-mxfp8": "SGLang loads this checkpoint with `--quantization mxfp8` "
-    "(`weight` E4M3 + `weight_scale_inv` E8M0 per 1x32 block, the Miles layout).",
+    "sglang-mxfp8": "SGLang only: SGLang loads this checkpoint with `--quantization mxfp8` "
+    "(`weight` E4M3 + `weight_scale_inv` E8M0 per 1x32 block, the Miles layout). vLLM reads "
+    "`quant_method: mxfp8` as its ModelOpt MXFP8 config (`weight_scale`, `ignored_layers`) and does not "
+    "load it; convert with `--dialect modelopt` or `compressed-tensors` for vLLM.",
     "compressed-tensors": "vLLM and transformers load this compressed-tensors checkpoint from `config.json`; "
     "transformers decompresses dense models on CPU. For MoE experts use vLLM, or `fp4convert dequantize`.",
 }
@@ -179,7 +181,8 @@ def _serving_section(contract: Contract, manifest: Mapping[str, Any], repo_id: s
         lines += [
             "**Activations: per-token NVFP4 scales.** `input_scale` is stored as 1.0 and is not a calibrated "
             "scale: the engine must compute activation scales per token (the "
-            "`SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1` line below). Without it, 1.0 is taken as a "
+            "`SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1` line below; in vLLM, ModelOpt MoE experts only: "
+            '`--quantization-config \'{"moe": {"activation": "nvfp4_per_token"}}\'`). Without it, 1.0 is taken as a '
             "calibrated scale: activation blocks with an amax below about 0.09 fall into E4M3 subnormals "
             "and blocks above 2688 overflow.",
             "",

@@ -320,7 +320,7 @@ def _compare_with_source(
                 item,
                 x,
                 dialect=dialect,
-                profile=contract.quantizer,
+                profile=contract.nvfp4_profile,
                 amax=amaxes.amax_for(item, x),
                 input_amax=input_amax(item, plan.groups, calibration),
                 device=device,

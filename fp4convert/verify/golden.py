@@ -1,7 +1,7 @@
 """Golden byte fixtures: deterministic inputs, expected bytes on disk, and their verification.
 
 Inputs are never stored: they are regenerated from parameters with the constructions TE and
-FlashInfer use in their exact-quantizer tests (quantizers.md section 6): ``random`` (randn, seed
+FlashInfer use in their exact-quantizer tests (docs/formats.md, "Golden fixtures"): ``random`` (randn, seed
 42, row 0 zeroed so the zero-row path of per-row scales runs), ``boundary`` (TE's interleaved
 linspace(-12, 12) +- 1e-3), ``zeros`` and ``maxes`` (the dtype's largest finite value). The
 expected bytes (data, scales, amax) live in ``golden/fixtures.safetensors``; ``golden/manifest.json``
@@ -24,6 +24,7 @@ from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.errors import CheckpointError
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import quantize_nvfp4
+from fp4convert.formats.profiles import FOUR_OVER_SIX_PROFILES
 from fp4convert.version import __version__
 
 __all__ = [
@@ -120,6 +121,23 @@ def default_specs() -> list[FixtureSpec]:
     for profile in ("te-2.13", "modelopt"):
         for dtype in ("bfloat16", "float32"):
             specs.append(FixtureSpec("random", "nvfp4-1x16-tensor", dtype, (320, 256), profile=profile))
+    # TE's 4over6 profiles: every NVFP4 variant x dtype x kind, at smaller shapes.
+    four_over_six_shapes = {
+        "random": [(3, 128), (128, 128), (256, 272)],
+        "boundary": [(16, 128)],
+        "zeros": [(16, 128)],
+        "maxes": [(16, 128)],
+    }
+    specs += [
+        FixtureSpec(kind, variant, dtype, shape, profile=profile)
+        for profile in FOUR_OVER_SIX_PROFILES
+        for kind, kind_shapes in four_over_six_shapes.items()
+        for variant in VARIANTS
+        if VARIANTS[variant]["format"] == "nvfp4"
+        for dtype in _DTYPES
+        for shape in kind_shapes
+        if _valid(variant, shape)
+    ]
     return specs
 
 
@@ -159,6 +177,9 @@ def regenerate(directory: str | Path, specs: list[FixtureSpec] | None = None) ->
         )
     tmp_tensors = directory / (TENSORS + ".tmp")
     save_file(tensors, str(tmp_tensors), metadata={"generator": f"fp4convert {__version__}"})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_tensors, 0o666 & ~umask)  # safetensors creates the file 0600; fixtures are shared data
     manifest = {
         "generator": f"fp4convert {__version__}",
         "torch": torch.__version__,

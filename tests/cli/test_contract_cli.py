@@ -117,6 +117,6 @@ def test_emit_uses_the_model_for_layer_counts(capsys: pytest.CaptureFixture[str]
 
 
 def test_emit_refuses_an_unknown_target() -> None:
-    code, _, err = _run("contract", "emit", PER_TOKEN, "--target", "vllm-args")
+    code, _, err = _run("contract", "emit", PER_TOKEN, "--target", "trtllm-args")
     assert code == 2
-    assert "Invalid value for '--target': 'vllm-args' is not one of" in err
+    assert "Invalid value for '--target': 'trtllm-args' is not one of" in err

@@ -120,6 +120,13 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("nvfp4-experts-per-token-last15pct-bf16", "sglang-args"): NVFP4_SGLANG,
     ("nvfp4-experts-per-token-last15pct-bf16", "env"): SEED_ENVIRONMENT,
 }
+# vllm-args: vLLM's KV-cache dtype, and its own per-token switch where the contract asks for per-token NVFP4
+VLLM_PLAIN = "--kv-cache-dtype bfloat16\n"
+VLLM_PER_TOKEN = VLLM_PLAIN + '--quantization-config \'{"moe": {"activation": "nvfp4_per_token"}}\'\n'
+EXPECTED |= {
+    (stem, "vllm-args"): VLLM_PER_TOKEN if stem.startswith("nvfp4-experts-per-token") else VLLM_PLAIN
+    for stem in SHIPPED
+}
 MODEL_FOR = {"deepseek-v3-mxfp8-mla-bf16": (4, 1), "nvfp4-experts-per-token-last15pct-bf16": (4, 0)}
 
 

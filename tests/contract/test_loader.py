@@ -52,7 +52,8 @@ def test_good_contract_parses() -> None:
             "misspelled field",
             ("    tile: 1x16", "    tyle: 1x16"),
             "c.yaml:6: formats.nvfp4.tyle: unknown field 'tyle'",
-            "did you mean 'tile'? valid fields here: tile, weight_scale_scope, per_token_activations",
+            "did you mean 'tile'? valid fields here: tile, weight_scale_scope, per_token_activations, four_over_six, "
+            "four_over_six_e4m3_max",
         ),
         (
             "misspelled top-level field",

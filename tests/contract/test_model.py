@@ -36,9 +36,9 @@ def test_minimal_contract_gets_documented_defaults() -> None:
 
 
 def test_quantizer_profiles_are_the_numeric_core_profiles() -> None:
-    from fp4convert.formats.profiles import PROFILES
+    from fp4convert.formats.profiles import BASE_PROFILES
 
-    assert get_args(QuantizerProfile) == PROFILES
+    assert get_args(QuantizerProfile) == BASE_PROFILES
 
 
 def test_contract_is_frozen() -> None:

@@ -16,10 +16,13 @@ from fp4convert.inventory import Role
 EXPECTED_PUBLIC_API = [
     "BUILTIN_FAMILIES",
     "REGISTRY",
+    "SEPARATE_NORMS",
     "ExpertLayout",
     "Family",
     "FamilyKey",
     "FamilyRegistry",
+    "MegatronSpelling",
+    "MtpInner",
     "describe_name",
     "family_for_config",
     "get_family",
@@ -32,10 +35,12 @@ EXPECTED_PUBLIC_API = [
     "megatron_to_hf",
     "merge_gate_up",
     "merge_qkv",
+    "packed_name",
     "register_family",
     "shipped_config_names",
     "split_gate_up",
     "split_qkv",
+    "unpack",
 ]
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from _helpers import adversarial, assert_bytes_equal
 
-from fp4convert.formats import kernels
+from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import quantize_mxfp8
-from fp4convert.formats.nvfp4 import quantize_nvfp4
+from fp4convert.formats.nvfp4 import four_over_six_choices, quantize_nvfp4
 from fp4convert.verify import golden
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -25,24 +25,47 @@ def test_golden_fixtures_on_cuda():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt"])
+@pytest.mark.parametrize("profile", profiles.PROFILES)
 @pytest.mark.parametrize("scope", ["tensor", "row"])
 def test_nvfp4_cuda_equals_cpu(dtype, profile, scope):
     x = adversarial((2048, 4096), dtype, seed=11)
-    cpu = quantize_nvfp4(x, profile=profile, scope=scope, columnwise=True)
-    gpu = quantize_nvfp4(x.cuda(), profile=profile, scope=scope, columnwise=True)
-    for field in ("data", "scale", "amax", "data_t", "scale_t", "amax_t"):
+    columnwise = not (scope == "row" and profile in profiles.FOUR_OVER_SIX_PROFILES)  # TE refuses it
+    cpu = quantize_nvfp4(x, profile=profile, scope=scope, columnwise=columnwise)
+    gpu = quantize_nvfp4(x.cuda(), profile=profile, scope=scope, columnwise=columnwise)
+    fields = ("data", "scale", "amax", "data_t", "scale_t", "amax_t") if columnwise else ("data", "scale", "amax")
+    for field in fields:
         assert_bytes_equal(getattr(gpu, field), getattr(cpu, field))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_nvfp4_cuda_16x16_and_experts(dtype):
+@pytest.mark.parametrize("profile", ["te", *profiles.FOUR_OVER_SIX_PROFILES])
+def test_nvfp4_cuda_16x16_and_experts(dtype, profile):
     x = adversarial((8, 256, 512), dtype, seed=12)
-    for kwargs in ({"tile": "16x16"}, {"scope": "expert"}):
-        cpu = quantize_nvfp4(x, **kwargs)
-        gpu = quantize_nvfp4(x.cuda(), **kwargs)
-        assert_bytes_equal(gpu.data, cpu.data)
-        assert_bytes_equal(gpu.scale, cpu.scale)
+    for kwargs in ({"tile": "16x16"}, {"scope": "expert"}, {"scope": "expert", "tile": "16x16"}):
+        cpu = quantize_nvfp4(x, profile=profile, columnwise=True, **kwargs)
+        gpu = quantize_nvfp4(x.cuda(), profile=profile, columnwise=True, **kwargs)
+        for field in ("data", "scale", "data_t", "scale_t"):
+            assert_bytes_equal(getattr(gpu, field), getattr(cpu, field))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("profile", profiles.FOUR_OVER_SIX_PROFILES)
+@pytest.mark.parametrize("tile", ["1x16", "16x16"])
+def test_4over6_cuda_choices_equal_cpu(dtype, profile, tile):
+    x = adversarial((1024, 2064), dtype, seed=15)
+    cpu = four_over_six_choices(x, profile=profile, tile=tile)
+    gpu = four_over_six_choices(x.cuda(), profile=profile, tile=tile)
+    assert torch.equal(gpu.cpu(), cpu)
+    assert cpu.any() and not cpu.all()
+
+
+@pytest.mark.parametrize("profile", profiles.FOUR_OVER_SIX_PROFILES)
+def test_4over6_cuda_eager_reference_equals_cpu_reference(profile):
+    x = adversarial((256, 512), torch.bfloat16, seed=16)
+    cpu = quantize_nvfp4(x, profile=profile, tile="16x16", backend="reference")
+    gpu = quantize_nvfp4(x.cuda(), profile=profile, tile="16x16", backend="reference")
+    assert_bytes_equal(gpu.data, cpu.data)
+    assert_bytes_equal(gpu.scale, cpu.scale)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -75,3 +98,9 @@ def test_flashinfer_gate_matches_this_device():
     major, _ = torch.cuda.get_device_capability()
     installed = importlib.util.find_spec("flashinfer") is not None
     assert kernels.flashinfer_quantize_usable() is (major >= 10 and installed)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_tile_amax_cuda_equals_cpu(dtype):
+    x = adversarial((1024, 2064), dtype, seed=17)
+    assert_bytes_equal(kernels.tile_amax(x.cuda()), kernels.tile_amax(x))

@@ -8,11 +8,12 @@ import pytest
 import torch
 from _helpers import adversarial, assert_bytes_equal
 
-from fp4convert.formats import kernels
+from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import quantize_mxfp8
-from fp4convert.formats.nvfp4 import quantize_nvfp4
+from fp4convert.formats.nvfp4 import four_over_six_choices, quantize_nvfp4
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+FOUR_OVER_SIX = list(profiles.FOUR_OVER_SIX_PROFILES)
 
 
 def test_native_kernel_required():
@@ -20,24 +21,52 @@ def test_native_kernel_required():
     assert kernels.native_available(), "fp4convert.formats._native is not built: reinstall the package"
 
 
+def _fields(q):
+    return [f for f in ("data", "scale", "data_t", "scale_t", "amax", "amax_t") if getattr(q, f) is not None]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt"])
+@pytest.mark.parametrize("profile", profiles.PROFILES)
 @pytest.mark.parametrize("scope", ["tensor", "row"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_nvfp4_native_equals_reference(dtype, profile, scope, seed):
     x = adversarial((96, 272), dtype, seed)
-    ref = quantize_nvfp4(x, profile=profile, scope=scope, columnwise=True, backend="reference")
-    fast = quantize_nvfp4(x, profile=profile, scope=scope, columnwise=True, backend="auto")
-    for field in ("data", "scale", "data_t", "scale_t", "amax", "amax_t"):
+    columnwise = not (scope == "row" and profile in FOUR_OVER_SIX)  # TE refuses that combination
+    ref = quantize_nvfp4(x, profile=profile, scope=scope, columnwise=columnwise, backend="reference")
+    fast = quantize_nvfp4(x, profile=profile, scope=scope, columnwise=columnwise, backend="auto")
+    assert len(_fields(ref)) == (6 if columnwise else 3)
+    for field in _fields(ref):
         assert_bytes_equal(getattr(fast, field), getattr(ref, field))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_nvfp4_native_16x16_and_expert_scope(dtype):
+@pytest.mark.parametrize("profile", FOUR_OVER_SIX)
+@pytest.mark.parametrize("tile", ["1x16", "16x16"])
+def test_4over6_native_choices_equal_reference(dtype, profile, tile):
+    x = adversarial((64, 1040), dtype, 2)  # wider than the kernel's 512-column pass, not a multiple
+    ref = four_over_six_choices(x, profile=profile, tile=tile, backend="reference")
+    fast = four_over_six_choices(x, profile=profile, tile=tile)
+    assert torch.equal(fast, ref)
+    assert ref.any() and not ref.all()  # both candidates occur, so a swapped pick would show
+
+
+@pytest.mark.parametrize("profile", FOUR_OVER_SIX)
+def test_4over6_native_16x16_tasks_hold_whole_tiles(profile):
+    # 1040 rows = 65 tiles: an unaligned split between threads would cut a tile in two.
+    x = torch.randn(1040, 1040, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    ref = quantize_nvfp4(x, profile=profile, tile="16x16", backend="reference")
+    fast = quantize_nvfp4(x, profile=profile, tile="16x16")
+    assert_bytes_equal(fast.data, ref.data)
+    assert_bytes_equal(fast.scale, ref.scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("profile", ["te", *FOUR_OVER_SIX])
+def test_nvfp4_native_16x16_and_expert_scope(dtype, profile):
     x = adversarial((4, 48, 64), dtype, 7)
     for kwargs in ({"tile": "16x16"}, {"scope": "expert"}, {"scope": "expert", "tile": "16x16"}):
-        ref = quantize_nvfp4(x, backend="reference", columnwise=True, **kwargs)
-        fast = quantize_nvfp4(x, columnwise=True, **kwargs)
+        ref = quantize_nvfp4(x, backend="reference", columnwise=True, profile=profile, **kwargs)
+        fast = quantize_nvfp4(x, columnwise=True, profile=profile, **kwargs)
         for field in ("data", "scale", "data_t", "scale_t", "amax"):
             assert_bytes_equal(getattr(fast, field), getattr(ref, field))
 
@@ -100,3 +129,11 @@ def test_flashinfer_gate_refuses_hopper(monkeypatch, capability, installed, usab
         lambda name: (object() if installed else None) if name == "flashinfer" else real_find_spec(name),
     )
     assert kernels.flashinfer_quantize_usable() is usable
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tile_amax_native_equals_reference(dtype):
+    from fp4convert.formats.nvfp4 import tile_amax
+
+    x = adversarial((1040, 1040), dtype, 8)  # NaN, inf, +-0; 65 tiles split over threads
+    assert_bytes_equal(kernels.tile_amax(x), tile_amax(x))

@@ -10,7 +10,7 @@ from fp4convert.formats.layouts import from_layout, pad_scale, swizzle_scale, to
 
 
 def _offset(r: int, c: int, cols: int) -> int:
-    """quantizers.md 1.3: the cuBLAS / FlashInfer swizzled offset of padded element (r, c)."""
+    """docs/formats.md "Layouts": the cuBLAS / FlashInfer swizzled offset of padded element (r, c)."""
     return ((r // 128) * (cols // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
 
 

@@ -8,7 +8,7 @@ from _helpers import assert_bytes_equal
 
 from fp4convert.errors import FormatError
 from fp4convert.formats import dequantize
-from fp4convert.formats.mxfp8 import quantize_mxfp8
+from fp4convert.formats.mxfp8 import MXFP8Tensor, dequantize_mxfp8, quantize_mxfp8
 
 BACKENDS = ["reference", "auto"]
 
@@ -77,3 +77,24 @@ def test_dequantize_error_bound_is_half_an_e4m3_ulp():
 def test_bad_input_errors(shape, axis, message):
     with pytest.raises(FormatError, match=message):
         quantize_mxfp8(torch.ones(shape), axis=axis)
+
+
+def test_dequantize_profiles_decode_e8m0_codes_0_and_255_as_te_did():
+    # TE PR #3262 (after 2.18): code 0 is 2**-127 and code 255 NaN; TE <= 2.18 gave 0.0 and +inf.
+    q = quantize_mxfp8(torch.full((2, 32), 1e-40))
+    assert q.scale.flatten().tolist() == [0, 0]
+    scale = q.scale.clone()
+    scale[1, 0] = 0xFF
+    planted = MXFP8Tensor(q.shape, q.dtype, q.axis, q.data, scale)
+    new = dequantize_mxfp8(planted)
+    old = dequantize_mxfp8(planted, profile="te-2.18")
+    assert q.data[0, 0].item() == 0x09
+    assert torch.equal(new[0], torch.full((32,), 1.125 * 2.0**-133))  # E4M3 0x09 (1.125 * 2**-6) x 2**-127
+    assert new[1].isnan().all()
+    assert old[0].eq(0).all() and old[1].isinf().all()
+    assert torch.equal(dequantize_mxfp8(quantize_mxfp8(torch.ones(1, 32)), profile="te-2.18"), torch.ones(1, 32))
+
+
+def test_unknown_mxfp8_profile_is_refused():
+    with pytest.raises(FormatError, match=r"unknown MXFP8 profile 'te-2.17'"):
+        dequantize_mxfp8(quantize_mxfp8(torch.ones(1, 32)), profile="te-2.17")  # type: ignore[arg-type]

@@ -41,7 +41,7 @@ def test_modelopt_profile_equals_modelopt(nvfp4_qtensor, dtype, seed):
 
 def test_te_profile_differs_from_modelopt_somewhere(nvfp4_qtensor):
     # The profiles are not aliases: over tensors whose amaxes span 1e-3..1e3 the TE chain moves
-    # about 0.2% of scale bytes against ModelOpt (quantizers.md section 7).
+    # about 0.2% of scale bytes against ModelOpt (docs/formats.md, "Profiles").
     g = torch.Generator().manual_seed(0)
     differing = 0
     for _ in range(20):

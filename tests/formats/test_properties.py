@@ -33,7 +33,7 @@ def test_grid_values_times_power_of_two_are_fixed_points(grid, k):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(finite32, min_size=32, max_size=32), st.sampled_from(["te", "te-2.13", "modelopt"]))
+@given(st.lists(finite32, min_size=32, max_size=32), st.sampled_from(profiles.PROFILES))
 def test_nvfp4_backends_agree(values, profile):
     x = torch.tensor([values], dtype=torch.float32)
     ref = quantize_nvfp4(x, profile=profile, backend="reference")

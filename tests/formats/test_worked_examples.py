@@ -1,4 +1,4 @@
-"""Every worked example of quantizers.md section 8, as a byte-level test (both backends)."""
+"""Every worked example of docs/formats.md "Worked examples", as a byte-level test (both backends)."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_global_scale_uses_ieee_division_not_reciprocal():
 
     amax = torch.tensor(15.0)
     assert outer_scales(amax, "te").s_enc.item() == 179.1999969482422
-    assert (2688.0 / amax).item() == 179.20001220703125  # the trap quantizers.md section 9 warns of
+    assert (2688.0 / amax).item() == 179.20001220703125  # the trap docs/formats.md "Pitfalls" warns of
 
 
 # (id, block values (rest zero), dtype, E8M0 byte, leading data bytes)

@@ -138,6 +138,19 @@ def test_modelopt_division_order(model):
     }
 
 
+def test_exporter_using_4over6_against_a_plain_contract(model):
+    contract = load_contract(NVFP4_EXPERTS)
+    recipe = contract.formats.nvfp4.model_copy(update={"four_over_six": "mse", "four_over_six_e4m3_max": 256})
+    four = contract.model_copy(update={"formats": contract.formats.model_copy(update={"nvfp4": recipe})})
+    report = _validate(model, "qwen3_moe", _export(model, "qwen3_moe", four), NVFP4_EXPERTS)
+    assert {f.check for f in report.findings} == {"bytes"}
+    assert _causes(report) == {
+        "bytes match the te-4over6-mse-256 profile, not te: the exporter uses TransformerEngine's 4over6 "
+        "(map-to-4 or 6 by MSE, global bound 256), the contract TransformerEngine >= 2.14's order "
+        "(block amax times S_enc/6)"
+    }
+
+
 def test_global_scale_one_ulp_off(model):
     exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
     name = f"{EXPERT}.down_proj.weight_scale_2"

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.cli import cli
 from fp4convert.errors import CheckpointError
+from fp4convert.formats import profiles
 from fp4convert.verify import golden
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -29,6 +30,17 @@ def test_shipped_fixtures_cover_every_variant_kind_and_dtype():
                 assert (kind, variant, dtype) in combos
     assert any(e["shape"][0] % 128 for e in entries)  # shapes that are not multiples of 128
     assert sum(p.stat().st_size for p in GOLDEN.iterdir()) < 20 * 2**20
+
+
+def test_shipped_fixtures_cover_every_4over6_profile():
+    entries = json.loads((GOLDEN / "manifest.json").read_text())["fixtures"]
+    combos = {(e["profile"], e["kind"], e["variant"], e["dtype"]) for e in entries}
+    nvfp4_variants = [v for v, params in golden.VARIANTS.items() if params["format"] == "nvfp4"]
+    for profile in profiles.FOUR_OVER_SIX_PROFILES:
+        for kind in ("random", "boundary", "zeros", "maxes"):
+            for variant in nvfp4_variants:
+                for dtype in ("bfloat16", "float16", "float32"):
+                    assert (profile, kind, variant, dtype) in combos
 
 
 def test_every_shipped_fixture_is_byte_equal_on_cpu():

@@ -1,0 +1,173 @@
+"""Run inside the Megatron-Core venv: build a real ``GPTModel`` on the CPU, load ``to-megatron`` output strictly.
+
+Not a test module (``tests/engines/test_megatron.py`` runs it with the engine's own Python); it imports
+nothing from fp4convert. Megatron-Core 0.16.1 builds its local (non-TransformerEngine) spec on the
+CPU under a one-process gloo group with small shims: ``torch.cuda.current_device`` answers "cpu"
+(the model's constructors ask for it even with ``use_cpu_initialization``), the RNG tracker's
+``fork`` is a no-op (it guards dropout, which is 0), the causal mask is passed in (the default one
+is made on "cuda"), MoE layers use the ``allgather`` token dispatcher, and 0.16.1's undefined
+TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None.
+Nothing of Megatron's arithmetic is replaced.
+
+Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT``. Writes into OUT:
+
+- ``named_parameters.safetensors`` plus ``order.json``: ``model.named_parameters()`` of the BF16 model
+  after ``load_state_dict(strict=True)``, names as the live model spells them, in its order;
+- ``logits.safetensors``: float32 logits of Megatron (``megatron``) and of transformers
+  (``transformers``) on the same prompt, both models in float32 from the same BF16 weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+PROMPT = [[1, 17, 33, 5, 90, 64, 2, 101, 7, 7, 120, 3]]
+
+
+def _init() -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    torch.cuda.current_device = lambda: "cpu"  # the constructors ask even with use_cpu_initialization
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(1, 1)
+    import contextlib
+
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    # The tracker forks CUDA RNG states around attention dropout (0 here): a no-op fork on the CPU.
+    get_cuda_rng_tracker().fork = lambda *args, **kwargs: contextlib.nullcontext()
+    from megatron.core.transformer.moe import moe_utils
+
+    # 0.16.1 names TransformerEngine's GEMM in the fp32 router without defining it when TE is absent.
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
+def _config(hf: dict, dtype):
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    heads = hf["num_attention_heads"]
+    kwargs = {
+        "num_layers": hf["num_hidden_layers"],
+        "hidden_size": hf["hidden_size"],
+        "num_attention_heads": heads,
+        "ffn_hidden_size": hf["intermediate_size"],
+        "normalization": "RMSNorm",
+        "layernorm_epsilon": hf.get("rms_norm_eps", 1e-6),
+        "gated_linear_unit": True,
+        "activation_func": torch.nn.functional.silu,
+        "add_bias_linear": False,
+        "add_qkv_bias": bool(hf.get("attention_bias", False)),
+        "use_cpu_initialization": True,
+        "perform_initialization": False,
+        "params_dtype": dtype,
+        "bf16": dtype == torch.bfloat16,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "persist_layer_norm": False,
+        "bias_dropout_fusion": False,
+        "apply_rope_fusion": False,
+        "masked_softmax_fusion": False,
+        "gradient_accumulation_fusion": False,
+    }
+    model_type = hf["model_type"]
+    if model_type in ("llama", "qwen3", "qwen3_moe"):
+        kwargs["num_query_groups"] = hf.get("num_key_value_heads", heads)
+        kwargs["kv_channels"] = hf.get("head_dim") or hf["hidden_size"] // heads
+    if model_type in ("qwen3", "qwen3_moe"):
+        kwargs["qk_layernorm"] = True
+    if model_type == "qwen3_moe":
+        experts = hf.get("num_experts") or hf["num_local_experts"]
+        sparse = hf.get("decoder_sparse_step", 1)
+        dense = set(hf.get("mlp_only_layers", []))
+        kwargs |= {
+            "num_moe_experts": experts,
+            "moe_ffn_hidden_size": hf["moe_intermediate_size"],
+            "moe_router_topk": hf["num_experts_per_tok"],
+            "moe_router_score_function": "softmax",
+            "moe_router_pre_softmax": not hf.get("norm_topk_prob", True),
+            "moe_token_dispatcher_type": "allgather",
+            "moe_router_load_balancing_type": "none",
+            "moe_aux_loss_coeff": 0.0,
+            "moe_layer_freq": [int(i not in dense and (i + 1) % sparse == 0) for i in range(hf["num_hidden_layers"])],
+            "moe_router_dtype": "fp32",
+        }
+    return TransformerConfig(**kwargs)
+
+
+def _model(hf: dict, dtype):
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
+
+    config = _config(hf, dtype)
+    if config.num_moe_experts:
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False)
+    else:
+        spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm)
+    rope = hf.get("rope_parameters") or {}
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=hf["vocab_size"],
+        max_sequence_length=hf["max_position_embeddings"],
+        position_embedding_type="rope",
+        rotary_base=int(rope.get("rope_theta", hf.get("rope_theta", 10000))),
+        share_embeddings_and_output_weights=bool(hf.get("tie_word_embeddings", False)),
+    )
+
+
+def main() -> int:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    hf_dir, megatron_dir, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    out.mkdir(parents=True, exist_ok=True)
+    hf = json.loads((hf_dir / "config.json").read_text())
+    _init()
+    state = {}
+    for path in sorted(megatron_dir.glob("*.safetensors")):
+        state.update(load_file(str(path)))
+
+    model = _model(hf, torch.bfloat16)
+    # `_extra_state` entries are module metadata, not weights (strict loading lets them be absent)
+    expected = {name for name in model.state_dict() if not name.endswith("._extra_state")}
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    model.load_state_dict(state, strict=True)  # raises on any missing or unexpected name
+    named = list(model.named_parameters())
+    save_file({n: p.detach().contiguous() for n, p in named}, str(out / "named_parameters.safetensors"))
+    (out / "order.json").write_text(
+        json.dumps({"order": [n for n, _ in named], "missing": missing, "unexpected": unexpected})
+    )
+
+    model = _model(hf, torch.float32)  # the same BF16 weights, computed in float32 like the reference
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    tokens = torch.tensor(PROMPT)
+    positions = torch.arange(tokens.shape[1]).unsqueeze(0)
+    # Megatron's default causal mask is made on "cuda"; give it the same mask (True = masked) on the CPU.
+    causal = torch.triu(torch.ones(tokens.shape[1], tokens.shape[1]), diagonal=1).bool()[None, None]
+    with torch.no_grad():
+        logits = model(tokens, positions, attention_mask=causal)
+    import transformers
+
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected_logits = reference(tokens).logits
+    save_file(
+        {"megatron": logits.float().contiguous(), "transformers": expected_logits.float().contiguous()},
+        str(out / "logits.safetensors"),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
