@@ -30,6 +30,7 @@ from fp4convert.convert.output import finish_output
 from fp4convert.convert.shards import ProgressHook, tensor_hashes, write_shard
 from fp4convert.dialects import get_dialect
 from fp4convert.errors import ConversionError
+from fp4convert.hub import resolve_source
 from fp4convert.plan import ConversionPlan, SharedAmax, load_calibration, plan_conversion, validate_conversion
 from fp4convert.verify.checkpoint import verify_checkpoint
 
@@ -185,8 +186,6 @@ def convert_checkpoint(
     Example (not run: it downloads and converts a 30B-parameter checkpoint):
         >>> convert_checkpoint("Qwen/Qwen3-30B-A3B", "out", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
-    from fp4convert.hub import resolve_source
-
     with _threads(workers):
         return _convert(
             resolve_source(source, revision=revision),

@@ -34,6 +34,7 @@ from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.contract.emit import emit
 from fp4convert.errors import ConversionError
 from fp4convert.families import ExpertLayout, MegatronSpelling, hf_to_megatron, packed_name
+from fp4convert.hub import resolve_source
 from fp4convert.inventory import ModelInventory, TensorInfo
 from fp4convert.inventory.dtypes import torch_dtype
 from fp4convert.version import __version__
@@ -199,8 +200,6 @@ def import_hf(
     Example (not run: it needs the Qwen3-30B-A3B checkpoint):
         >>> import_hf("Qwen3-30B-A3B", "qwen3-megatron", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
-    from fp4convert.hub import resolve_source
-
     started = time.perf_counter()
     hook: ProgressHook = progress or (lambda event, payload: None)
     layout = ExpertLayout(expert_layout)

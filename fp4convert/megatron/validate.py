@@ -26,8 +26,10 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.safetensors_io import dtype_name
+from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.dialects import OutputSpec
-from fp4convert.errors import ConversionError
+from fp4convert.errors import CheckpointError, ConversionError
+from fp4convert.families import load_config
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
@@ -325,8 +327,6 @@ def validate_export(
         >>> validate_export(exported, megatron, **kwargs).ok  # doctest: +SKIP
         True
     """
-    from fp4convert.contract import Contract, contract_hash, load_contract
-
     the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
     key = (
         contract_hash(the_contract),
@@ -396,9 +396,6 @@ def validate_export_files(
         >>> report.ok, report.summary()  # doctest: +SKIP
         (True, 'OK: all 55443 exported tensors follow contract nvfp4-experts-per-token (...)')
     """
-    from fp4convert.errors import CheckpointError
-    from fp4convert.families import load_config
-
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConversionError("--device cuda was asked for, but no CUDA device is available", hint="use --device cpu")
     master_path = Path(master)

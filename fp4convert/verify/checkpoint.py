@@ -27,6 +27,7 @@ from fp4convert.contract import parse_contract
 from fp4convert.dialects import Dialect, get_dialect, module_of
 from fp4convert.errors import CheckpointError
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.hub import resolve_source
 from fp4convert.plan import SharedAmax, input_amax, load_calibration, plan_conversion, quantize_tensor
 
 __all__ = ["TensorCheck", "VerifyReport", "verify_checkpoint"]
@@ -301,8 +302,6 @@ def _compare_with_source(
     cache: dict[str, SafetensorsFile],
     report: VerifyReport,
 ) -> None:
-    from fp4convert.hub import resolve_source
-
     contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/fp4convert.json", json_text=True)
     dialect = get_dialect(manifest["dialect"], per_token_activations=contract.formats.nvfp4.per_token_activations)
     ckpt = open_checkpoint(resolve_source(source))
