@@ -5,12 +5,17 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from fp4convert.version import __version__
 
 # Public name -> module that defines it. Imported lazily so `import fp4convert` stays cheap and
 # optional dependencies (pydantic for contracts, transformers in tests) load only when used.
 _EXPORTS: dict[str, str] = {
+    "ConversionReport": "fp4convert.convert.execute",
+    "DequantizeReport": "fp4convert.convert.dequantize",
+    "ExportReport": "fp4convert.megatron",
     "Fp4ConvertError": "fp4convert.errors",
+    "ImportReport": "fp4convert.megatron",
+    "VerifyReport": "fp4convert.verify.checkpoint",
     "MXFP8Tensor": "fp4convert.formats",
     "convert_checkpoint": "fp4convert.convert.execute",
     "dequantize_checkpoint": "fp4convert.convert.dequantize",
@@ -28,9 +33,14 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [  # the public API; tests/test_public_api.py keeps it equal to _EXPORTS
+    "ConversionReport",
+    "DequantizeReport",
+    "ExportReport",
     "Fp4ConvertError",
+    "ImportReport",
     "MXFP8Tensor",
     "NVFP4Tensor",
+    "VerifyReport",
     "__version__",
     "convert_checkpoint",
     "dequantize",
@@ -48,8 +58,8 @@ __all__ = [  # the public API; tests/test_public_api.py keeps it equal to _EXPOR
 
 if TYPE_CHECKING:  # pragma: no cover
     from fp4convert.contract import load_contract
-    from fp4convert.convert.dequantize import dequantize_checkpoint
-    from fp4convert.convert.execute import convert_checkpoint
+    from fp4convert.convert.dequantize import DequantizeReport, dequantize_checkpoint
+    from fp4convert.convert.execute import ConversionReport, convert_checkpoint
     from fp4convert.errors import Fp4ConvertError
     from fp4convert.formats import (
         MXFP8Tensor,
@@ -60,8 +70,8 @@ if TYPE_CHECKING:  # pragma: no cover
         quantize_nvfp4,
         to_layout,
     )
-    from fp4convert.megatron import export_hf, import_hf, validate_export
-    from fp4convert.verify.checkpoint import verify_checkpoint
+    from fp4convert.megatron import ExportReport, ImportReport, export_hf, import_hf, validate_export
+    from fp4convert.verify.checkpoint import VerifyReport, verify_checkpoint
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,7 @@ model family; this module, above the families, turns what a user names into them
 
 ``--model`` is tried in this order:
 
-* a checkpoint directory -> :func:`fp4convert.families.inventory_from_checkpoint`;
+* a checkpoint directory -> :func:`fp4convert.checkpoint.inventory_from_checkpoint`;
 * a ``config.json`` (a JSON/YAML mapping with ``model_type`` or ``architectures``), or the name of
   a config shipped with fp4convert (``DeepSeek-V3``, ``Qwen3-30B-A3B``...) ->
   :func:`fp4convert.families.inventory_from_config`;
@@ -33,12 +33,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+from fp4convert.checkpoint import inventory_from_checkpoint
 from fp4convert.contract.decision import Explanation
 from fp4convert.contract.loader import read_document, validate_document
 from fp4convert.contract.model import Contract
 from fp4convert.contract.sections import Namespace
 from fp4convert.errors import MappingError
-from fp4convert.families import describe_name, inventory_from_checkpoint, inventory_from_config
+from fp4convert.families import describe_name, inventory_from_config
 from fp4convert.inventory import FusedKind, ModelInventory, Role, TensorInfo
 
 __all__ = [

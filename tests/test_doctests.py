@@ -22,18 +22,7 @@ PACKAGE = REPO / "fp4convert"
 NOT_IMPORTABLE_EVERYWHERE = {"fp4convert.formats._triton": "needs triton (CUDA machines only)"}
 #: Modules whose skipped examples do not say why yet, owned elsewhere; kept exact by a test so the
 #: list only shrinks. (Each entry: add ``Example (not run: <reason>):`` to the docstring, then drop it.)
-SKIPS_WITHOUT_A_REASON_YET = {
-    "fp4convert.checkpoint.safetensors_io",
-    "fp4convert.convert.execute",
-    "fp4convert.families._headers",
-    "fp4convert.families._inventory",
-    "fp4convert.megatron.export",
-    "fp4convert.megatron.import_",
-    "fp4convert.megatron.sources",
-    "fp4convert.megatron.validate",
-    "fp4convert.plan",
-    "fp4convert.verify.checkpoint",
-}
+SKIPS_WITHOUT_A_REASON_YET: set[str] = set()
 _REASON = re.compile(r"Example \(not run: [^)]+\):")
 _FINDER = doctest.DocTestFinder(exclude_empty=True)
 

@@ -22,16 +22,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fp4convert"
 ROOT = "fp4convert"
 #: The one import across siblings the README allows (importer, imported).
 EXCEPTIONS = {("convert", "verify")}
 EXCEPTION_SENTENCE = "`convert` may import `verify`"
-#: Interim: the pipeline half of issue 10 (branch h/house-core) removes the violations these tests find.
-PENDING = "violations in checkpoint/convert/verify/megatron left for the pipeline refactor"
 
 
 @dataclass(frozen=True)
@@ -172,7 +168,6 @@ def test_every_module_has_a_layer() -> None:
     assert not stale, f"README Layout names layers that do not exist: {stale}"
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING)
 def test_nothing_imports_upward_or_sideways() -> None:
     layers = layer_index()
     found = []
@@ -190,7 +185,6 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING)
 def test_no_private_import_across_packages() -> None:
     modules = all_modules()
     found = []
@@ -252,7 +246,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return result
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING)
 def test_no_import_cycles() -> None:
     modules = all_modules()
     graph: dict[str, set[str]] = {module: set() for module in modules}

@@ -19,3 +19,18 @@ def test_unknown_names_raise_attribute_error():
 
     with pytest.raises(AttributeError, match=r"module 'fp4convert' has no attribute 'nope'"):
         fp4convert.nope  # noqa: B018
+
+
+def test_every_report_a_public_function_returns_is_public():
+    import typing
+
+    returns = {
+        "convert_checkpoint": "ConversionReport",
+        "verify_checkpoint": "VerifyReport",
+        "dequantize_checkpoint": "DequantizeReport",
+        "import_hf": "ImportReport",
+        "validate_export": "ExportReport",
+    }
+    for function, report in returns.items():
+        assert typing.get_type_hints(getattr(fp4convert, function))["return"] is getattr(fp4convert, report)
+        assert report in fp4convert.__all__

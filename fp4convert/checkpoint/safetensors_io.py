@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import torch
 
 from fp4convert.errors import CheckpointError
+from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES, safetensors_code
 
 __all__ = [
     "DTYPES",
@@ -33,37 +34,25 @@ __all__ = [
     "tensor_nbytes",
 ]
 
-#: safetensors dtype string -> torch dtype
-DTYPES: dict[str, torch.dtype] = {
-    "BOOL": torch.bool,
-    "U8": torch.uint8,
-    "I8": torch.int8,
-    "I16": torch.int16,
-    "U16": torch.uint16,
-    "I32": torch.int32,
-    "U32": torch.uint32,
-    "I64": torch.int64,
-    "U64": torch.uint64,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F32": torch.float32,
-    "F64": torch.float64,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-}
-_NAMES = {v: k for k, v in DTYPES.items()}
+#: safetensors dtype code -> torch dtype (the one table: :mod:`fp4convert.inventory.dtypes`)
+DTYPES = SAFETENSORS_DTYPES
 _MAX_HEADER = 100 * 2**20  # the format's own limit
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """torch dtype -> safetensors dtype string (``torch.bfloat16`` -> ``"BF16"``)."""
-    try:
-        return _NAMES[dtype]
-    except KeyError:
-        raise CheckpointError(f"dtype {dtype} has no safetensors name", hint="cast it first") from None
+    """torch dtype -> safetensors dtype code (``torch.bfloat16`` -> ``"BF16"``).
+
+    Raises:
+        CheckpointError: the dtype has no safetensors code.
+    """
+    code = safetensors_code(dtype)
+    if code is None:
+        raise CheckpointError(f"dtype {dtype} has no safetensors name", hint="cast it first")
+    return code
 
 
 def tensor_nbytes(dtype: str, shape: Iterable[int]) -> int:
+    """Bytes of a tensor of safetensors ``dtype`` and ``shape``."""
     n = DTYPES[dtype].itemsize
     for d in shape:
         n *= d
@@ -85,11 +74,97 @@ class TensorEntry:
         return self.end - self.start
 
 
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its (key, value) pairs, so duplicate keys are seen rather than overwritten."""
+
+
+def _as_dict(pairs: Any, where: str) -> Any:
+    """Nested JSON with objects as dicts; a key given twice is an error naming ``where``."""
+    if not isinstance(pairs, _Pairs):
+        return [_as_dict(v, where) for v in pairs] if isinstance(pairs, list) else pairs
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Malformed(f"{where} gives {key!r} twice")
+        out[key] = _as_dict(value, where)
+    return out
+
+
+class _Malformed(Exception):
+    """A header that parses as JSON but breaks the format (message, tensor name or None)."""
+
+    def __init__(self, message: str, tensor: str | None = None) -> None:
+        super().__init__(message)
+        self.tensor = tensor
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry(name: str, info: Any, base: int) -> TensorEntry:
+    """One header entry, checked field by field."""
+    if not isinstance(info, dict):
+        raise _Malformed(f"the header entry of tensor {name!r} is not an object", name)
+    missing = [key for key in ("dtype", "shape", "data_offsets") if key not in info]
+    if missing:
+        raise _Malformed(f"the header entry of tensor {name!r} has no {', '.join(missing)}", name)
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise _Malformed(f"tensor {name!r} has unsupported dtype {dtype!r} (supported: {', '.join(DTYPES)})", name)
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise _Malformed(f"tensor {name!r} has shape {shape!r}, not a list of non-negative integers", name)
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+        raise _Malformed(f"tensor {name!r} has data_offsets {offsets!r}, not two non-negative integers", name)
+    begin, end = offsets
+    if end < begin or end - begin != tensor_nbytes(dtype, shape):
+        raise _Malformed(
+            f"tensor {name!r} byte range {begin}..{end} does not fit its dtype {dtype} and shape {shape}", name
+        )
+    return TensorEntry(name, dtype, tuple(shape), base + begin, base + end)
+
+
+def _parse_header(raw: bytes, base: int, data_size: int) -> tuple[list[TensorEntry], dict[str, str]]:
+    """Entries in data order and the metadata, or :class:`_Malformed`. The data section must be
+    covered exactly: entries back to back from offset 0 to its end (no overlap, hole or trailing
+    bytes), as the safetensors library itself requires."""
+    try:
+        parsed = json.loads(raw.decode("utf-8"), object_pairs_hook=_Pairs)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _Malformed(f"the header is not JSON ({exc})") from exc
+    if not isinstance(parsed, _Pairs):
+        raise _Malformed(f"the header is a JSON {type(parsed).__name__}, not an object")
+    header: dict[str, Any] = {}
+    for name, info in parsed:
+        if name in header:
+            raise _Malformed(f"tensor {name!r} is listed twice in the header", name)
+        header[name] = _as_dict(info, f"the header entry of {name!r}")
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise _Malformed("__metadata__ is not an object of strings")
+    entries = sorted((_entry(name, info, base) for name, info in header.items()), key=lambda e: (e.start, e.end))
+    position = base
+    for entry in entries:
+        if entry.start != position:
+            what = "overlaps the previous tensor" if entry.start < position else "leaves a hole before it"
+            raise _Malformed(f"tensor {entry.name!r} at data offset {entry.start - base} {what}", entry.name)
+        position = entry.end
+    if position != base + data_size:
+        raise _Malformed(f"the tensors cover {position - base} bytes of a {data_size}-byte data section")
+    return entries, metadata
+
+
 def read_header(path: str | Path) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     """Parse a safetensors header: ``({name: TensorEntry}, metadata)``, in data-offset order.
 
+    Every malformation is a :class:`CheckpointError` naming the file (and the tensor where there is
+    one): a length prefix past the file, a header that is not a JSON object, a tensor listed twice,
+    an entry without dtype / shape / data_offsets or with ill-typed ones, a byte range that does not
+    fit the dtype and shape, overlapping tensors, holes, trailing bytes, non-string metadata.
+
     Raises:
-        CheckpointError: the file is not safetensors, is truncated, or its offsets are inconsistent.
+        CheckpointError: the file is not safetensors, is truncated, or its header is inconsistent.
     """
     path = Path(path)
     try:
@@ -105,31 +180,18 @@ def read_header(path: str | Path) -> tuple[dict[str, TensorEntry], dict[str, str
                     hint="the file is truncated or not safetensors",
                     file=str(path),
                 )
-            header = json.loads(f.read(header_len))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: unreadable safetensors header ({exc})", file=str(path)) from exc
-    metadata = header.pop("__metadata__", None) or {}
-    base = 8 + header_len
-    entries = []
-    for name, info in header.items():
-        if info.get("dtype") not in DTYPES:
-            raise CheckpointError(
-                f"{path}: tensor {name!r} has unsupported dtype {info.get('dtype')!r}",
-                hint=f"supported: {', '.join(DTYPES)}",
-                file=str(path),
-                tensor=name,
-            )
-        begin, end = info["data_offsets"]
-        entry = TensorEntry(name, info["dtype"], tuple(info["shape"]), base + begin, base + end)
-        if entry.nbytes != tensor_nbytes(entry.dtype, entry.shape) or entry.end > size:
-            raise CheckpointError(
-                f"{path}: tensor {name!r} byte range {begin}..{end} does not fit its dtype/shape or the file",
-                hint="the file is truncated or corrupt; re-download it",
-                file=str(path),
-                tensor=name,
-            )
-        entries.append(entry)
-    entries.sort(key=lambda e: e.start)
+            raw = f.read(header_len)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: unreadable ({exc})", file=str(path)) from exc
+    try:
+        entries, metadata = _parse_header(raw, 8 + header_len, size - 8 - header_len)
+    except _Malformed as exc:
+        fields = {"file": str(path)} if exc.tensor is None else {"file": str(path), "tensor": exc.tensor}
+        raise CheckpointError(
+            f"{path}: not a valid safetensors file: {exc}",
+            hint="the file is truncated, corrupt or not safetensors; re-download it",
+            **fields,
+        ) from None
     return {e.name: e for e in entries}, dict(metadata)
 
 
@@ -179,8 +241,12 @@ class StreamingWriter:
     to a temporary name and rename once :meth:`close` succeeded).
 
     Example:
-        >>> w = StreamingWriter(path, [("a", "F32", (2,))])  # doctest: +SKIP
-        >>> w.write("a", torch.ones(2)); w.close()  # doctest: +SKIP
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "a.safetensors"
+        >>> w = StreamingWriter(path, [("a", "F32", (2,))])
+        >>> w.write("a", torch.ones(2)); w.close()
+        >>> read_header(path)[0]["a"].shape, w.sha256["a"][:12]
+        ((2,), '80b8fd6d60fa')
     """
 
     def __init__(

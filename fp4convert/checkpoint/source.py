@@ -19,12 +19,16 @@ from typing import Any
 
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.errors import CheckpointError
+from fp4convert.families import inventory_from_tensors
+from fp4convert.inventory import ModelInventory
+from fp4convert.inventory.dtypes import torch_dtype, torch_name
 
 __all__ = [
     "INDEX_NAME",
     "PICKLE_SUFFIXES",
     "SourceCheckpoint",
     "checked_file",
+    "inventory_from_checkpoint",
     "open_checkpoint",
     "output_shard_names",
     "read_weight_map",
@@ -53,6 +57,23 @@ class SourceCheckpoint:
 
     def entry(self, tensor: str) -> TensorEntry:
         return self.shards[self.tensor_file[tensor]][tensor]
+
+    def inventory(self) -> ModelInventory:
+        """Every tensor, classified by its family, from the headers already read: shard by shard in
+        file order, each shard in data order, with on-disk shapes and dtypes.
+
+        Raises:
+            MappingError: a tensor is not part of the config's family, or is ambiguous.
+            CheckpointError: a tensor's dtype has no torch dtype.
+        """
+        tensors = []
+        for entries in self.shards.values():
+            for entry in entries.values():
+                dtype = torch_dtype(entry.dtype)
+                if dtype is None:  # pragma: no cover - read_header accepts table dtypes only
+                    raise CheckpointError(f"tensor {entry.name!r} has unknown dtype {entry.dtype}", tensor=entry.name)
+                tensors.append((entry.name, entry.shape, torch_name(dtype)))
+        return inventory_from_tensors(self.config, tensors)
 
 
 _JSON_TYPES = {int: "number", float: "number", bool: "boolean", list: "array", dict: "object", type(None): "null"}
@@ -121,6 +142,22 @@ def checked_file(root: Path, name: str, *, roots: tuple[Path, ...] | None = None
     return path
 
 
+def inventory_from_checkpoint(directory: str | Path) -> ModelInventory:
+    """Every tensor of a checkpoint directory, classified, from its config.json and safetensors headers.
+
+    Reads only headers (no tensor data, nothing unpickled); see :meth:`SourceCheckpoint.inventory`.
+
+    Raises:
+        MappingError: a tensor is not part of the family, or is ambiguous.
+        CheckpointError: files are missing, unreadable or outside the checkpoint.
+
+    Example (not run: it needs a checkpoint folder):
+        >>> inventory_from_checkpoint("path/to/Qwen3-8B").num_layers  # doctest: +SKIP
+        36
+    """
+    return open_checkpoint(directory).inventory()
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
@@ -166,7 +203,7 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
         raise CheckpointError(f"source {root} is not a directory", hint="pass a local HF checkpoint or a Hub repo id")
     config_path = root / "config.json"
     if not config_path.is_file():
-        raise CheckpointError(f"{root} has no config.json", hint="point at the model's top folder", file=str(root))
+        raise CheckpointError(f"no config.json at {root}", hint="point at the model's top folder", file=str(root))
     config = _read_json(config_path)
     files = sorted(p.name for p in root.iterdir() if p.is_file())
     shard_names = [f for f in files if f.endswith(".safetensors")]
@@ -174,7 +211,7 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
         pickles = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
         hint = "fp4convert never unpickles; convert the weights to safetensors first" if pickles else None
         raise CheckpointError(
-            f"{root} has no *.safetensors weights" + (f" (only {pickles[0]})" if pickles else ""),
+            f"no *.safetensors files in {root}" + (f" (only {pickles[0]})" if pickles else ""),
             hint=hint or "download the safetensors files",
             file=str(root),
         )
@@ -186,6 +223,8 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
     if index_path.is_file():
         weight_map = read_weight_map(index_path)
         shard_names = sorted(set(weight_map.values()))
+        if not shard_names:
+            raise CheckpointError(f"{index_path} maps no tensors", hint="re-download the checkpoint", file=INDEX_NAME)
     shards: dict[str, dict[str, TensorEntry]] = {}
     tensor_file: dict[str, str] = {}
     for name in shard_names:

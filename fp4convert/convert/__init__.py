@@ -1,0 +1,7 @@
+"""The converter: ``convert`` (:mod:`~fp4convert.convert.execute`) and ``dequantize``.
+
+:mod:`~fp4convert.convert.execute` runs a conversion's phases, :mod:`~fp4convert.convert.shards`
+streams each output shard, :mod:`~fp4convert.convert.output` writes the other files and
+:mod:`~fp4convert.convert.manifest` what the manifest records; :mod:`~fp4convert.convert.dequantize`
+turns any dialect back into BF16.
+"""

@@ -14,47 +14,34 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from fp4convert import __version__
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint, output_shard_names
-from fp4convert.convert.manifest import write_json_atomic
+from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
+from fp4convert.dialects import DIALECTS, Dialect, dialect_for_config
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.version import __version__
 
 __all__ = ["DequantizeReport", "dequantize_checkpoint"]
-
-# quant_method -> (NVFP4 data, block scale, global scale, global is an encode scale), MXFP8 scale name
-_DIALECT_NAMES: dict[str, dict[str, Any]] = {
-    "modelopt": {"nvfp4": ("weight", "weight_scale", "weight_scale_2", False), "mxfp8": "weight_scale"},
-    "mxfp8": {"nvfp4": None, "mxfp8": "weight_scale_inv"},
-    "compressed-tensors": {
-        "nvfp4": ("weight_packed", "weight_scale", "weight_global_scale", True),
-        "mxfp8": "weight_scale",
-    },
-}
-_DROPPED_SUFFIXES = (".input_scale", ".input_global_scale", ".k_scale", ".v_scale")
 
 
 @dataclass
 class DequantizeReport:
+    """What ``dequantize`` wrote: the folder, the modules decoded per format, the tensors copied."""
+
     destination: str
     nvfp4_modules: int
     mxfp8_modules: int
     copied_tensors: int
 
 
-def _dequant_nvfp4(
-    packed: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor, encode: bool
-) -> torch.Tensor:
+def _dequant_nvfp4(packed: torch.Tensor, scale: torch.Tensor, decode: torch.Tensor) -> torch.Tensor:
     rows, half = packed.shape
     values = e2m1_decode(unpack_fp4(packed)).reshape(rows, half * 2 // NVFP4_BLOCK, NVFP4_BLOCK)
-    g = global_scale.float().reshape(())
-    decode = torch.div(torch.ones((), dtype=torch.float32), g) if encode else g
     factor = e4m3_decode(scale.reshape(-1).view(torch.uint8)).reshape(rows, -1) * decode
     return (values * factor.unsqueeze(-1)).reshape(rows, half * 2)
 
@@ -64,37 +51,53 @@ def _dequant_mxfp8(data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return values * e8m0_decode(scale.view(torch.uint8)).repeat_interleave(MXFP8_BLOCK, dim=-1)[:, : data.shape[1]]
 
 
-# One output tensor: (name, safetensors dtype, shape, how) where how is None (copy as is),
-# ("nvfp4", module, suffixes) or ("mxfp8", module, scale name).
-_Output = tuple[str, str, tuple[int, ...], Any]
+# One output tensor: (name, safetensors dtype, shape, how): how is None (copy as is) or the
+# (format, module) whose weight is decoded.
+_Output = tuple[str, str, tuple[int, ...], "tuple[str, str] | None"]
 
 
 def _shard_outputs(
-    entries: Mapping[str, TensorEntry], names: Mapping[str, Any], all_names: set[str], dtype: torch.dtype
+    entries: Mapping[str, TensorEntry], dialect: Dialect, all_names: set[str], dtype: torch.dtype
 ) -> list[_Output]:
     """What one dequantized shard holds: each module's weight, decoded, and every other tensor."""
     outputs: list[_Output] = []
-    nv, mx_scale = names["nvfp4"], names["mxfp8"]
+    consumed = {
+        dialect.suffixes[fmt][role]
+        for fmt in dialect.formats
+        for role in ("scale", "global")
+        if role in dialect.suffixes[fmt]
+    }
     for name, entry in entries.items():
         module, _, leaf = name.rpartition(".")
-        if nv and leaf == nv[0] and f"{module}.{nv[2]}" in all_names:
+        nvfp4 = "nvfp4" in dialect.formats and name == dialect.output_name(module, "nvfp4", "data")
+        if nvfp4 and dialect.output_name(module, "nvfp4", "global") in all_names:
             shape = (entry.shape[0], entry.shape[1] * 2)
-            outputs.append((f"{module}.weight", dtype_name(dtype), shape, ("nvfp4", module, nv)))
-        elif leaf == "weight" and entry.dtype == "F8_E4M3" and f"{module}.{mx_scale}" in all_names:
-            outputs.append((name, dtype_name(dtype), entry.shape, ("mxfp8", module, mx_scale)))
-        elif not ((nv and leaf in nv[1:]) or leaf == mx_scale or name.endswith(_DROPPED_SUFFIXES)):
+            outputs.append((f"{module}.weight", dtype_name(dtype), shape, ("nvfp4", module)))
+        elif (
+            "mxfp8" in dialect.formats
+            and name == dialect.output_name(module, "mxfp8", "data")
+            and entry.dtype == dialect.output_dtypes["mxfp8"]["data"]
+            and dialect.output_name(module, "mxfp8", "scale") in all_names
+        ):
+            outputs.append((f"{module}.weight", dtype_name(dtype), entry.shape, ("mxfp8", module)))
+        elif leaf not in consumed and leaf not in dialect.activation_scale_names:
             outputs.append((name, entry.dtype, entry.shape, None))
         # else: a scale consumed with its module, or an activation / KV scale (dropped)
     return outputs
 
 
-def _decode(how: Any, read: Callable[[str], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    if how[0] == "nvfp4":
-        _, module, (data, scale, glob, encode) = how
-        w = _dequant_nvfp4(read(f"{module}.{data}"), read(f"{module}.{scale}"), read(f"{module}.{glob}"), encode)
+def _decode(
+    dialect: Dialect, how: tuple[str, str], read: Callable[[str], torch.Tensor], dtype: torch.dtype
+) -> torch.Tensor:
+    fmt, module = how
+
+    def tensor(role: str) -> torch.Tensor:
+        return read(f"{module}.{dialect.suffixes[fmt][role]}")
+
+    if fmt == "nvfp4":
+        w = _dequant_nvfp4(tensor("data"), tensor("scale"), dialect.decode_scale(tensor("global")))
     else:
-        _, module, scale_name = how
-        w = _dequant_mxfp8(read(f"{module}.weight"), read(f"{module}.{scale_name}"))
+        w = _dequant_mxfp8(tensor("data"), tensor("scale"))
     return w.to(dtype)
 
 
@@ -109,22 +112,23 @@ def dequantize_checkpoint(
         ConversionError: nothing to dequantize, or the destination exists (without ``overwrite``)
             or overlaps the source.
     """
-    from fp4convert.convert.execute import _check_destination, _publish
-
     ckpt = open_checkpoint(source)
-    method = (ckpt.config.get("quantization_config") or {}).get("quant_method")
-    if method not in _DIALECT_NAMES:
+    dialect = dialect_for_config(ckpt.config)
+    if dialect is None:
+        quantization = ckpt.config.get("quantization_config")
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else None
         raise CheckpointError(
             f"{source}: config.json has no quantization_config of a known dialect (quant_method={method!r})",
-            hint=f"expected one of {', '.join(_DIALECT_NAMES)}; a BF16 checkpoint needs no dequantization",
+            hint=f"expected one of {', '.join(d.quant_method for d in DIALECTS.values())}; "
+            "a BF16 checkpoint needs no dequantization",
         )
     all_names = set(ckpt.tensor_file)
-    plans = {shard: _shard_outputs(e, _DIALECT_NAMES[method], all_names, dtype) for shard, e in ckpt.shards.items()}
+    plans = {shard: _shard_outputs(e, dialect, all_names, dtype) for shard, e in ckpt.shards.items()}
     kinds = [out[3][0] for outputs in plans.values() for out in outputs if out[3] is not None]
     if not kinds:
         raise ConversionError(f"{source}: no quantized module was found", hint="nothing to dequantize")
     destination = Path(destination)
-    staging = _check_destination(Path(source), destination, overwrite, resume=False)
+    staging = prepare_staging(Path(source), destination, overwrite=overwrite, resumable=False)
     files = {name: SafetensorsFile(ckpt.root / name) for name in ckpt.shards}
 
     def read(tensor: str) -> torch.Tensor:
@@ -143,7 +147,7 @@ def dequantize_checkpoint(
             metadata = {"format": "pt", "producer": f"fp4convert {__version__} dequantize"}
             writer = StreamingWriter(tmp, [(n, d, s) for n, d, s, _ in outputs], metadata=metadata)
             for name, _, _, how in outputs:
-                writer.write(name, read(name) if how is None else _decode(how, read, dtype))
+                writer.write(name, read(name) if how is None else _decode(dialect, how, read, dtype))
                 weight_map[name] = out_names[shard]
             writer.close()
             tmp.rename(staging / out_names[shard])
@@ -162,6 +166,6 @@ def dequantize_checkpoint(
     for name in ckpt.other_files:
         if name != "fp4convert.json":
             shutil.copy2(ckpt.root / name, staging / name)
-    _publish(staging, destination)
+    publish(staging, destination)
     copied = sum(out[3] is None for outputs in plans.values() for out in outputs)
     return DequantizeReport(str(destination), kinds.count("nvfp4"), kinds.count("mxfp8"), copied)

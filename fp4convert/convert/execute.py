@@ -1,54 +1,60 @@
-"""Convert a checkpoint shard by shard (phases 3-5), with bounded memory and atomic output.
+"""``convert``: a checkpoint converted shard by shard under a contract, verified, then published.
 
-Everything is written into ``<DST>.partial/``: each shard under a temporary name, renamed once
-complete and recorded in a journal (so ``resume`` keeps shards whose sha256 still match). Config,
-index, side files and the manifest come last, then the folder is renamed to ``DST``: a failed or
-interrupted run never leaves a ``DST`` that looks complete. The source is only ever read.
+The phases: plan and validate everything (:mod:`fp4convert.plan`), stream each output shard
+(:mod:`fp4convert.convert.shards`) into ``<DST>.partial/`` with a resume journal, write config,
+index, side files and the manifest (:mod:`fp4convert.convert.output`), verify the written output,
+and rename the folder to ``DST`` (:mod:`fp4convert.checkpoint.staging`): a failed or interrupted
+run never leaves a ``DST`` that looks complete. The source is only ever read.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fp4convert import __version__
-from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter
-from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
+from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.reader import SourceReader
+from fp4convert.checkpoint.source import open_checkpoint
+from fp4convert.checkpoint.staging import Journal, prepare_staging, publish
 from fp4convert.contract import Contract, contract_hash, load_contract
-from fp4convert.convert.groups import group_input_amax, member_amax
-from fp4convert.convert.manifest import (
-    JOURNAL,
-    MANIFEST,
-    MANIFEST_VERSION,
-    write_json_atomic,
-)
-from fp4convert.convert.plan import ConversionPlan, PlannedTensor, build_plan, load_calibration, validate_plan
+from fp4convert.convert.manifest import build_manifest
+from fp4convert.convert.output import finish_output
+from fp4convert.convert.shards import ProgressHook, tensor_hashes, write_shard
 from fp4convert.dialects import get_dialect
 from fp4convert.errors import ConversionError
-from fp4convert.formats.mxfp8 import MXFP8Tensor, quantize_mxfp8
-from fp4convert.formats.nvfp4 import NVFP4Tensor, quantize_nvfp4
+from fp4convert.hub import resolve_source
+from fp4convert.plan import ConversionPlan, SharedAmax, load_calibration, plan_conversion, validate_conversion
+from fp4convert.verify.checkpoint import verify_checkpoint
 
-__all__ = ["ConversionReport", "ProgressHook", "convert_checkpoint", "quantize_planned"]
-
-#: progress callback: (event, payload); events: "plan", "shard", "tensor", "done"
-ProgressHook = Callable[[str, Mapping[str, Any]], None]
+__all__ = ["ConversionReport", "ProgressHook", "convert_checkpoint"]
 
 
 @dataclass
 class ConversionReport:
-    """What a conversion did, for humans and for ``--json``."""
+    """What a conversion did, for humans and for ``--json``.
+
+    Attributes:
+        destination: the output folder.
+        dialect: the dialect written.
+        contract: the contract's name.
+        contract_sha256: the contract's hash (as in the manifest).
+        device: where tensors were quantized.
+        tensors: source tensors converted.
+        formats: source tensors per format.
+        source_bytes: bytes of source tensors read.
+        output_bytes: bytes of the output shards.
+        seconds: wall time.
+        files: the output shards.
+        resumed_files: shards kept from an interrupted run.
+    """
 
     destination: str
     dialect: str
@@ -64,146 +70,18 @@ class ConversionReport:
     resumed_files: list[str] = field(default_factory=list)
 
 
-def quantize_planned(
-    item: PlannedTensor, x: torch.Tensor, *, profile: str, amax: torch.Tensor | None, device: str
-) -> NVFP4Tensor | MXFP8Tensor | None:
-    """Quantize one planned source tensor as its decision says (None when it stays high precision)."""
-    if not item.quantized:
-        return None
-    x = x.to(device)
-    if item.decision.format == "mxfp8":
-        return quantize_mxfp8(x)
-    tile = getattr(item.decision.recipe, "tile", "1x16")
-    return quantize_nvfp4(x, tile=tile, amax=None if amax is None else amax.to(device), profile=profile)  # type: ignore[arg-type]
-
-
-class _Reader:
-    """Reads source tensors (one fd per shard, no mmap), hashing each shard front to back.
-
-    A tensor read right after its predecessor in the file extends that file's sha256; any other
-    read order marks the file for a separate hashing pass at the end. Reads are submitted in file
-    order, so the separate pass only happens for siblings that sit far apart. Hashing runs on its
-    own thread (sha256 is the costliest step after quantizing), at most a few tensors behind.
-    """
-
-    _HASH_BACKLOG = 4
-
-    def __init__(self, source: SourceCheckpoint) -> None:
-        self.source = source
-        self.files: dict[str, SafetensorsFile] = {}
-        self.hashers: dict[str, Any] = {}
-        self.next_offset: dict[str, int] = {}
-        self.broken: set[str] = set()  # shards not hashed in one sequential sweep
-        self.lock = threading.Lock()
-        self.hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
-        self.backlog: list[Future[None]] = []
-
-    def _file(self, shard: str) -> SafetensorsFile:
-        with self.lock:
-            if shard not in self.files:
-                self.files[shard] = self.source.open(shard)
-                entries = self.source.shards[shard]
-                first = min((e.start for e in entries.values()), default=0)
-                with (self.source.root / shard).open("rb") as f:
-                    self.hashers[shard] = hashlib.sha256(f.read(first))  # length prefix + JSON header
-                self.next_offset[shard] = first
-            return self.files[shard]
-
-    def read(self, name: str) -> torch.Tensor:
-        shard = self.source.tensor_file[name]
-        tensor = self._file(shard).read(name)
-        entry = self.source.shards[shard][name]
-        with self.lock:  # queue hash updates in file order (the pool runs them in that order)
-            if shard not in self.broken and entry.start == self.next_offset[shard]:
-                data = tensor.reshape(-1).view(torch.uint8).numpy()
-                self.backlog.append(self.hash_pool.submit(self.hashers[shard].update, data))
-                self.next_offset[shard] = entry.end
-            else:
-                self.broken.add(shard)
-            while len(self.backlog) > self._HASH_BACKLOG or (self.backlog and self.backlog[0].done()):
-                self.backlog.pop(0).result()
-        return tensor
-
-    def shard_hashes(self) -> dict[str, str]:
-        for pending in self.backlog:
-            pending.result()
-        out = {}
-        for shard in self.source.shards:
-            size = (self.source.root / shard).stat().st_size
-            if shard in self.broken or self.next_offset.get(shard) != size:
-                out[shard] = file_sha256(self.source.root / shard)  # fall back to a separate pass
-            else:
-                out[shard] = self.hashers[shard].hexdigest()
-        return out
-
-    def close(self) -> None:
-        self.hash_pool.shutdown(wait=True)
-        for f in self.files.values():
-            f.close()
-
-
-class _GroupAmax:
-    """One outer amax per shared-scale group: the max over its members (read once, kept briefly)."""
-
-    def __init__(self, plan: ConversionPlan, fetch: Callable[[str], torch.Tensor]) -> None:
-        self.plan = plan
-        self.fetch = fetch  # reads a tensor (from the read-ahead when it is there)
-        self.values: dict[str, torch.Tensor] = {}
-        self.pending: dict[str, torch.Tensor] = {}  # members read early, waiting for their turn
-
-    def amax_for(self, item: PlannedTensor, x: torch.Tensor) -> torch.Tensor | None:
-        """The shared amax of ``item``'s group (None: not shared, the quantizer measures it)."""
-        group = item.decision.fused_group
-        members = self.plan.groups.get(group or "", [])
-        if item.decision.format != "nvfp4" or len(members) < 2:
-            return None
-        if group not in self.values:
-            amaxes = []
-            for name in members:
-                t = x if name == item.info.name else self.pending.get(name)
-                if t is None:
-                    t = self.fetch(name)
-                    if self.plan.source.tensor_file[name] == item.source_file:
-                        self.pending[name] = t  # same shard: it comes up soon, do not read it twice
-                amaxes.append(member_amax(t))
-            self.values[group] = torch.stack(amaxes).amax()  # type: ignore[index]
-        return self.values[group]  # type: ignore[index]
-
-    def take(self, name: str) -> torch.Tensor | None:
-        return self.pending.pop(name, None)
-
-
-def _input_amax(item: PlannedTensor, plan: ConversionPlan, calibration: Mapping[str, float] | None) -> float | None:
-    if calibration is None or item.decision.format != "nvfp4":
-        return None
-    # Fused siblings read the same activations: they share one input scale (the max).
-    return group_input_amax(plan.groups.get(item.decision.fused_group or "", [item.info.name]), calibration)
-
-
-def _check_destination(source: Path, destination: Path, overwrite: bool, resume: bool) -> Path:
-    src, dst = source.resolve(), destination.resolve()
-    if dst == src or src in dst.parents or dst in src.parents:
-        raise ConversionError(
-            f"destination {destination} overlaps the source {source}",
-            hint="write the converted checkpoint to a separate folder; the source is never modified",
-        )
-    if destination.exists() and not overwrite:
-        raise ConversionError(
-            f"destination {destination} already exists",
-            hint="pass --overwrite to replace it, or choose another folder",
-            file=str(destination),
-        )
-    staging = destination.with_name(destination.name + ".partial")
-    if staging.exists() and not resume:
-        if not overwrite:
-            raise ConversionError(
-                f"{staging} holds an interrupted conversion",
-                hint="pass --resume to continue it, or --overwrite to start over",
-                file=str(staging),
-            )
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True, exist_ok=True)
-    return staging
+@contextmanager
+def _threads(workers: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``workers`` for the run, and restored after it."""
+    if workers is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(workers)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _fingerprint(plan: ConversionPlan, options: Mapping[str, Any]) -> str:
@@ -217,178 +95,52 @@ def _fingerprint(plan: ConversionPlan, options: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
-def _write_shard(
-    path: Path,
-    items: list[PlannedTensor],
+def _convert_shards(
     plan: ConversionPlan,
-    reader: _Reader,
-    amaxes: _GroupAmax,
+    staging: Path,
+    journal: Journal,
     *,
     device: str,
     calibration: Mapping[str, float] | None,
     hook: ProgressHook,
-) -> dict[str, str]:
-    layout = [spec for item in items for spec in item.outputs]
-    tmp = path.with_name(path.name + ".tmp")
-    writer = StreamingWriter(tmp, layout, metadata={"format": "pt", "producer": f"fp4convert {__version__}"})
-    profile = plan.contract.nvfp4_profile
+) -> tuple[dict[str, str], dict[str, str], dict[str, str], list[str]]:
+    """Write (or keep, when resuming) every output shard.
 
-    def write(item: PlannedTensor, tensors: Mapping[str, torch.Tensor]) -> None:
-        for name, _, _ in item.outputs:
-            writer.write(name, tensors[name])  # per-tensor sha256 + file write
-        hook("tensor", {"name": item.info.name, "bytes": plan.source.entry(item.info.name).nbytes})
-
-    # Three stages overlap: one thread reads (and hashes the source), this thread quantizes (the
-    # kernel itself is multi-threaded), one thread hashes the outputs and writes. hashlib, file I/O
-    # and the native kernel release the GIL. Read-ahead is two tensors and at most two writes are
-    # in flight, so memory stays bounded whatever the shard size.
-    with (
-        ThreadPoolExecutor(1, thread_name_prefix="fp4convert-read") as read_pool,
-        ThreadPoolExecutor(1, thread_name_prefix="fp4convert-write") as write_pool,
-    ):
-        ahead: dict[str, Future[torch.Tensor]] = {}
-
-        def read_ahead(start: int) -> None:
-            for item in items[start : start + 2]:
-                name = item.info.name
-                if name not in ahead and name not in amaxes.pending:
-                    ahead[name] = read_pool.submit(reader.read, name)
-
-        def fetch(name: str) -> torch.Tensor:
-            future = ahead.pop(name, None)
-            return future.result() if future is not None else reader.read(name)
-
-        amaxes.fetch = fetch
-        writes: list[Future[None]] = []
-        try:
-            for index, item in enumerate(items):
-                read_ahead(index)
-                early = amaxes.take(item.info.name)
-                x = early if early is not None else fetch(item.info.name)
-                amax = amaxes.amax_for(item, x)
-                read_ahead(index + 1)
-                q = quantize_planned(item, x, profile=profile, amax=amax, device=device)
-                tensors = plan.dialect.encode(item, q, x, _input_amax(item, plan, calibration))
-                writes.append(write_pool.submit(write, item, tensors))
-                while len(writes) > 2 or (writes and writes[0].done()):
-                    writes.pop(0).result()
-            for pending in writes:
-                pending.result()
-            writer.close(sync=False)  # the read-back stage fsyncs it, off the critical path
-        except BaseException:
-            unfinished: list[Future[Any]] = [*ahead.values(), *writes]
-            for future in unfinished:
-                future.cancel()
-            amaxes.fetch = reader.read
-            write_pool.shutdown(wait=True)
-            writer.abort()
-            raise
-    os.replace(tmp, path)
-    return writer.sha256
-
-
-def _tensor_hashes(path: Path, *, sync: bool = False) -> dict[str, str]:
-    """sha256 of every tensor of a finished shard, read back from disk (the verify phase compares
-    them with the hashes taken while writing; ``resume`` decides with them which shards to keep).
-
-    Args:
-        path: the shard.
-        sync: fsync the file first (the converter closes shards without syncing).
+    Returns:
+        (sha256 of each output tensor as written, sha256 of each output tensor read back from
+        disk, sha256 of each source shard, the shards kept from an interrupted run).
     """
-    if sync:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    with SafetensorsFile(path) as f:
-        return {name: tensor_sha256(f.read_bytes(name)) for name in f.entries}
-
-
-def _manifest(
-    plan: ConversionPlan,
-    sha: Mapping[str, str],
-    source_hashes: Mapping[str, str],
-    *,
-    location: str,
-    revision: str | None,
-    hub_commit: str | None,
-    device: str,
-    calibration_path: str | None,
-) -> dict[str, Any]:
-    tensors: dict[str, Any] = {}
-    formats: dict[str, int] = {}
-    for item in plan.items:
-        fmt = item.decision.format if item.quantized else "bf16"
-        formats[fmt] = formats.get(fmt, 0) + 1
-        tensors[item.info.name] = {
-            "format": fmt,
-            "rule": item.decision.rule,
-            "reason": item.decision.reason,
-            "role": item.info.role.value,
-            "layer": item.info.layer,
-            "fused_group": item.decision.fused_group,
-            "source_dtype": item.info.dtype,
-            "shape": list(item.info.shape),
-            "outputs": {
-                name: {"file": item.output_file, "dtype": dtype, "shape": list(shape), "sha256": sha[name]}
-                for name, dtype, shape in item.outputs
-            },
-        }
-    nvfp4 = plan.contract.formats.nvfp4
-    uses_nvfp4 = formats.get("nvfp4", 0) > 0
-    activation = "none" if not uses_nvfp4 else ("per-token" if nvfp4.per_token_activations else "calibrated")
-    return {
-        "manifest_version": MANIFEST_VERSION,
-        "producer": {"name": "fp4convert", "version": __version__, "torch": torch.__version__},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "dialect": plan.dialect.name,
-        "quantizer_profile": plan.contract.nvfp4_profile,
-        "device": device,
-        "activation_mode": activation,
-        "contract_sha256": contract_hash(plan.contract),
-        "contract": plan.contract.canonical_dict(),
-        "source": {
-            "location": location,
-            # Set only when the source came from the Hub: the repo id and the commit actually used.
-            "repo_id": location if hub_commit else None,
-            "commit": hub_commit,
-            "revision": revision,
-            "family": plan.inventory.family,
-            "files": dict(source_hashes),
-            "calibration": calibration_path,
-        },
-        "formats": formats,
-        "tensors": tensors,
-    }
-
-
-def _finalize(staging: Path, plan: ConversionPlan, manifest: dict[str, Any]) -> int:
-    source = plan.source
-    config = dict(source.config)
-    config["quantization_config"] = plan.dialect.quantization_config(plan.contract, plan.items)
-    write_json_atomic(staging / "config.json", config)
-    weight_map = {name: item.output_file for item in plan.items for name, _, _ in item.outputs}
-    files = sorted(set(weight_map.values()))
-    total = sum((staging / f).stat().st_size for f in files)
-    if files != ["model.safetensors"]:
-        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
-    for name, content in plan.dialect.side_files(plan.contract, plan.items).items():
-        write_json_atomic(staging / name, content)
-    for name in source.other_files:
-        shutil.copy2(source.root / name, staging / name)
-    write_json_atomic(staging / MANIFEST, manifest)  # last: its presence marks a finished output
-    return total
-
-
-def _publish(staging: Path, destination: Path) -> None:
-    if destination.exists():
-        trash = destination.with_name(f"{destination.name}.old-{os.getpid()}")
-        os.replace(destination, trash)
-        os.replace(staging, destination)
-        shutil.rmtree(trash)
-    else:
-        os.replace(staging, destination)
+    reader = SourceReader(plan.source)
+    amaxes = SharedAmax(plan, reader.read)
+    sha: dict[str, str] = {}
+    resumed: list[str] = []
+    # Each finished shard is read back from disk and hashed while the next one converts; the
+    # verify phase compares these with the hashes taken while writing (no second read at the end).
+    read_back_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-readback")
+    read_back: list[Future[dict[str, str]]] = []
+    try:
+        for file_name, items in plan.by_output_file().items():
+            done = journal.finished(file_name)
+            path = staging / file_name
+            if done and path.is_file() and tensor_hashes(path) == done:
+                sha.update(done)
+                resumed.append(file_name)
+                source_bytes = sum(plan.source.entry(i.info.name).nbytes for i in items)
+                hook("shard", {"file": file_name, "resumed": True, "bytes": source_bytes})
+                continue
+            hook("shard", {"file": file_name, "resumed": False})
+            tensor_sha = write_shard(
+                path, items, plan, reader, amaxes, device=device, calibration=calibration, hook=hook
+            )
+            read_back.append(read_back_pool.submit(tensor_hashes, path, sync=True))
+            sha.update(tensor_sha)
+            journal.record(file_name, tensor_sha)
+        source_hashes = reader.shard_hashes()
+        digests = {name: digest for future in read_back for name, digest in future.result().items()}
+    finally:
+        reader.close()
+        read_back_pool.shutdown(wait=True)
+    return sha, digests, source_hashes, resumed
 
 
 def convert_checkpoint(
@@ -414,7 +166,8 @@ def convert_checkpoint(
         contract: a :class:`~fp4convert.contract.Contract` or the path of a contract file.
         dialect: ``modelopt``, ``sglang-mxfp8`` or ``compressed-tensors``.
         device: ``cpu`` or ``cuda[:n]``: where tensors are quantized (bytes are identical).
-        workers: CPU threads for the quantizer (default: torch's current setting).
+        workers: CPU threads for the quantizer (default: torch's current setting); torch's setting
+            is restored when the call returns.
         max_shard_size: bytes per output shard; default mirrors the source's shards.
         overwrite: replace an existing destination (and any interrupted run).
         resume: continue an interrupted run, keeping shards whose sha256 verify.
@@ -430,105 +183,86 @@ def convert_checkpoint(
         ConversionError: the plan was refused (every problem listed) or the destination is unusable.
         ContractError, MappingError, CheckpointError: bad contract, unknown tensor names, bad files.
 
-    Example:
+    Example (not run: it downloads and converts a 30B-parameter checkpoint):
         >>> convert_checkpoint("Qwen/Qwen3-30B-A3B", "out", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
-    from fp4convert.hub import resolve_source
+    with _threads(workers):
+        return _convert(
+            resolve_source(source, revision=revision),
+            Path(destination),
+            location=str(source),
+            contract=contract,
+            dialect=dialect,
+            device=device,
+            max_shard_size=max_shard_size,
+            overwrite=overwrite,
+            resume=resume,
+            calibration=calibration,
+            revision=revision,
+            hook=progress or (lambda event, payload: None),
+        )
 
+
+def _convert(
+    source_path: Path,
+    destination: Path,
+    *,
+    location: str,
+    contract: Contract | str | Path,
+    dialect: str,
+    device: str,
+    max_shard_size: int | None,
+    overwrite: bool,
+    resume: bool,
+    calibration: str | Path | None,
+    revision: str | None,
+    hook: ProgressHook,
+) -> ConversionReport:
     started = time.perf_counter()
-    hook: ProgressHook = progress or (lambda event, payload: None)
-    if workers is not None:
-        torch.set_num_threads(workers)
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConversionError("--device cuda was asked for, but no CUDA device is available", hint="use --device cpu")
-    source_path = resolve_source(source, revision=revision)
+        raise ConversionError(
+            f"device {device!r} (--device {device}) was asked for, but no CUDA device is available",
+            hint="use device='cpu' (--device cpu)",
+        )
     ckpt = open_checkpoint(source_path)
     the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
     the_dialect = get_dialect(dialect, per_token_activations=the_contract.formats.nvfp4.per_token_activations)
-    plan = build_plan(ckpt, the_contract, the_dialect, max_shard_size=max_shard_size)
+    plan = plan_conversion(ckpt, the_contract, the_dialect, max_shard_size=max_shard_size)
     calib = load_calibration(calibration) if calibration is not None else None
-    validate_plan(plan, calib)
-    destination = Path(destination)
-    staging = _check_destination(source_path, destination, overwrite, resume)
-
+    validate_conversion(plan, calib)
+    staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
     options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
-    fingerprint = _fingerprint(plan, options)
-    journal_path = staging / JOURNAL
-    journal: dict[str, Any] = {"fingerprint": fingerprint, "files": {}}
-    if resume and journal_path.is_file():
-        import json
-
-        previous = json.loads(journal_path.read_text())
-        if previous.get("fingerprint") != fingerprint:
-            raise ConversionError(
-                f"{staging} was started with another contract, dialect, options or source",
-                hint="pass --overwrite to start over",
-            )
-        journal = previous
-    write_json_atomic(journal_path, journal)  # from the first byte on, the run is identifiable
+    journal = Journal(staging, _fingerprint(plan, options), resume=resume)  # identifiable from the first byte on
 
     by_file = plan.by_output_file()
     hook("plan", {"files": len(by_file), "tensors": len(plan.items), "bytes": plan.source_bytes})
-    reader = _Reader(ckpt)
-    amaxes = _GroupAmax(plan, reader.read)
-    sha: dict[str, str] = {}
-    resumed: list[str] = []
-    # Each finished shard is read back from disk and hashed while the next one converts; the
-    # verify phase compares these with the hashes taken while writing (no second read at the end).
-    read_back_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-readback")
-    read_back: list[Future[dict[str, str]]] = []
-    try:
-        for file_name, items in by_file.items():
-            done = journal["files"].get(file_name)
-            path = staging / file_name
-            if done and path.is_file() and _tensor_hashes(path) == done["tensors"]:
-                sha.update(done["tensors"])
-                resumed.append(file_name)
-                hook(
-                    "shard",
-                    {
-                        "file": file_name,
-                        "resumed": True,
-                        "bytes": sum(plan.source.entry(i.info.name).nbytes for i in items),
-                    },
-                )
-                continue
-            hook("shard", {"file": file_name, "resumed": False})
-            tensor_sha = _write_shard(path, items, plan, reader, amaxes, device=device, calibration=calib, hook=hook)
-            read_back.append(read_back_pool.submit(_tensor_hashes, path, sync=True))
-            sha.update(tensor_sha)
-            journal["files"][file_name] = {"tensors": tensor_sha}
-            write_json_atomic(journal_path, journal)
-        source_hashes = reader.shard_hashes()
-        digests = {name: digest for future in read_back for name, digest in future.result().items()}
-    finally:
-        reader.close()
-        read_back_pool.shutdown(wait=True)
+    sha, digests, source_hashes, resumed = _convert_shards(
+        plan, staging, journal, device=device, calibration=calib, hook=hook
+    )
     for name in ("config.json", *ckpt.other_files):
         source_hashes[name] = file_sha256(ckpt.root / name)
     # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
-    hub_commit = None if Path(str(source)).is_dir() else source_path.name
-    manifest = _manifest(
+    hub_commit = None if Path(location).is_dir() else source_path.name
+    manifest = build_manifest(
         plan,
         sha,
         source_hashes,
-        location=str(source),
+        location=location,
         revision=revision,
         hub_commit=hub_commit,
         device=device,
         calibration_path=None if calibration is None else str(calibration),
     )
-    total = _finalize(staging, plan, manifest)
-    from fp4convert.verify.checkpoint import verify_checkpoint
-
+    total = finish_output(staging, plan, manifest)
     report = verify_checkpoint(staging, read_back=digests)  # structure and every tensor's sha256
     if not report.ok:
         raise ConversionError(
             f"the written output failed verification: {report.summary()}",
-            hint=f"the unfinished output stays in {staging}; check the disk and run again with --overwrite",
+            hint=f"the unfinished output stays in {staging}; check the disk and run again with overwrite=True "
+            "(--overwrite)",
         )
-    journal_path.unlink(missing_ok=True)
-    _publish(staging, destination)
+    journal.remove()
+    publish(staging, destination)
     hook("done", {})
     return ConversionReport(
         destination=str(destination),

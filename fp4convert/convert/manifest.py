@@ -1,54 +1,92 @@
-"""The manifest every converted checkpoint carries (``fp4convert.json``), and the resume journal.
+"""The manifest every converted checkpoint carries (``fp4convert.json``): what the converter records.
 
 The manifest embeds the contract and its hash, the fp4convert version and quantizer profile, the
 source files' sha256, and for every source tensor its decision and the sha256 of each output
-tensor. ``verify`` and ``publish`` read it; its presence marks a finished conversion.
+tensor. Its file name, version and reader are :mod:`fp4convert.checkpoint.manifest`; ``verify``
+and ``publish`` read it; it is written last, so its presence marks a finished conversion.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
+from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
-from fp4convert.checkpoint.hashing import file_sha256
-from fp4convert.errors import CheckpointError
+import torch
 
-__all__ = ["JOURNAL", "MANIFEST", "file_sha256", "read_manifest", "write_json_atomic"]
+from fp4convert.checkpoint.manifest import MANIFEST, MANIFEST_VERSION
+from fp4convert.contract import contract_hash
+from fp4convert.plan import ConversionPlan
+from fp4convert.version import __version__
 
-MANIFEST = "fp4convert.json"
-JOURNAL = ".fp4convert-journal.json"
-MANIFEST_VERSION = 1
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    """Write JSON under a temporary name, fsync, then rename over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)  # a fresh file, never through a symlink left at this name
-    with tmp.open("x") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+__all__ = ["MANIFEST", "build_manifest"]
 
 
-def read_manifest(directory: str | Path) -> dict[str, Any]:
-    """The manifest of a converted checkpoint.
+def build_manifest(
+    plan: ConversionPlan,
+    sha: Mapping[str, str],
+    source_hashes: Mapping[str, str],
+    *,
+    location: str,
+    revision: str | None,
+    hub_commit: str | None,
+    device: str,
+    calibration_path: str | None,
+) -> dict[str, Any]:
+    """The manifest of a conversion (see the module docstring).
 
-    Raises:
-        CheckpointError: no manifest (not an fp4convert output, or an unfinished one).
+    Args:
+        plan: the conversion plan.
+        sha: sha256 of every output tensor.
+        source_hashes: sha256 of every source file read or copied.
+        location: the source as given (folder or repo id).
+        revision: the Hub revision asked for.
+        hub_commit: the snapshot commit converted (None for a local folder).
+        device: where tensors were quantized.
+        calibration_path: the calibration file, if any.
     """
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        raise CheckpointError(
-            f"{directory} has no {MANIFEST}: it is not a finished fp4convert output",
-            hint="convert it with `fp4convert convert`, or finish an interrupted run with --resume",
-            file=str(path),
-        )
-    manifest = json.loads(path.read_text())
-    if manifest.get("manifest_version") != MANIFEST_VERSION:
-        raise CheckpointError(f"{path}: unsupported manifest_version {manifest.get('manifest_version')!r}")
-    return manifest
+    tensors: dict[str, Any] = {}
+    formats: dict[str, int] = {}
+    for item in plan.items:
+        fmt = item.decision.format if item.quantized else "bf16"
+        formats[fmt] = formats.get(fmt, 0) + 1
+        tensors[item.info.name] = {
+            "format": fmt,
+            "rule": item.decision.rule,
+            "reason": item.decision.reason,
+            "role": item.info.role.value,
+            "layer": item.info.layer,
+            "fused_group": item.decision.fused_group,
+            "source_dtype": item.info.dtype,
+            "shape": list(item.info.shape),
+            "outputs": {
+                name: {"file": item.output_file, "dtype": dtype, "shape": list(shape), "sha256": sha[name]}
+                for name, dtype, shape in item.outputs
+            },
+        }
+    nvfp4 = plan.contract.formats.nvfp4
+    uses_nvfp4 = formats.get("nvfp4", 0) > 0
+    activation = "none" if not uses_nvfp4 else ("per-token" if nvfp4.per_token_activations else "calibrated")
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "producer": {"name": "fp4convert", "version": __version__, "torch": torch.__version__},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "dialect": plan.dialect.name,
+        "quantizer_profile": plan.contract.nvfp4_profile,
+        "device": device,
+        "activation_mode": activation,
+        "contract_sha256": contract_hash(plan.contract),
+        "contract": plan.contract.canonical_dict(),
+        "source": {
+            "location": location,
+            # Set only when the source came from the Hub: the repo id and the commit actually used.
+            "repo_id": location if hub_commit else None,
+            "commit": hub_commit,
+            "revision": revision,
+            "family": plan.inventory.family,
+            "files": dict(source_hashes),
+            "calibration": calibration_path,
+        },
+        "formats": formats,
+        "tensors": tensors,
+    }

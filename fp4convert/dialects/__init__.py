@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fp4convert.dialects.base import Dialect, OutputSpec, Planned, exclude_list, module_of
 from fp4convert.dialects.compressed_tensors import CompressedTensorsDialect
 from fp4convert.dialects.modelopt import ModelOptDialect
@@ -16,9 +19,11 @@ __all__ = [
     "OutputSpec",
     "Planned",
     "SGLangMXFP8Dialect",
+    "dialect_for_config",
     "exclude_list",
     "get_dialect",
     "module_of",
+    "stored_format",
 ]
 
 DIALECTS: dict[str, type[Dialect]] = {
@@ -26,6 +31,45 @@ DIALECTS: dict[str, type[Dialect]] = {
     SGLangMXFP8Dialect.name: SGLangMXFP8Dialect,
     CompressedTensorsDialect.name: CompressedTensorsDialect,
 }
+
+
+def dialect_for_config(config: Mapping[str, Any]) -> Dialect | None:
+    """The dialect whose loader a checkpoint's config.json routes engines to (by ``quant_method``),
+    or None for a checkpoint without a quantization_config of a known dialect.
+
+    Example:
+        >>> dialect_for_config({"quantization_config": {"quant_method": "mxfp8"}}).name
+        'sglang-mxfp8'
+        >>> dialect_for_config({"torch_dtype": "bfloat16"}) is None
+        True
+    """
+    quantization = config.get("quantization_config")
+    method = quantization.get("quant_method") if isinstance(quantization, Mapping) else None
+    for cls in DIALECTS.values():
+        if cls.quant_method == method:
+            return get_dialect(cls.name)
+    return None
+
+
+def stored_format(leaf_dtypes: Mapping[str, str]) -> str:
+    """The format one module's stored tensors are in, whichever dialect spelled them.
+
+    Args:
+        leaf_dtypes: the module's tensors, leaf name -> safetensors dtype (``{"weight": "U8", ...}``).
+
+    Returns:
+        ``nvfp4`` or ``mxfp8`` when some dialect's data tensor of that format is there with its
+        dtype; else ``bf16`` when there is a ``weight``, ``absent`` when there is none.
+
+    Example:
+        >>> stored_format({"weight_packed": "U8", "weight_scale": "F8_E4M3"}), stored_format({"weight": "BF16"})
+        ('nvfp4', 'bf16')
+    """
+    for fmt in ("nvfp4", "mxfp8"):
+        for cls in DIALECTS.values():
+            if fmt in cls.formats and leaf_dtypes.get(cls.suffixes[fmt]["data"]) == cls.output_dtypes[fmt]["data"]:
+                return fmt
+    return "absent" if "weight" not in leaf_dtypes else "bf16"
 
 
 def get_dialect(name: str, *, per_token_activations: bool = True) -> Dialect:

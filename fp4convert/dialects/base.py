@@ -3,7 +3,7 @@
 A dialect maps one planned tensor (its :class:`~fp4convert.inventory.TensorInfo` and contract
 :class:`~fp4convert.contract.Decision`) to the tensors an engine expects on disk, and writes the
 ``quantization_config`` and side files that route the engine to its loader
-(checkpoint-formats.md sections 1-3). It never reads or writes files itself.
+(docs/dialects.md). It never reads or writes files itself.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from fp4convert import __version__
 from fp4convert.contract import Contract, Decision
+from fp4convert.errors import ConversionError
 from fp4convert.formats.mxfp8 import MXFP8Tensor
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK, NVFP4_GLOBAL_MAX
 from fp4convert.inventory import Role, TensorInfo
+from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES, safetensors_code, torch_dtype
+from fp4convert.version import __version__
 
 __all__ = ["Dialect", "OutputSpec", "Planned", "exclude_list", "module_of", "producer"]
 
@@ -68,13 +70,58 @@ class Planned:
 
 
 class Dialect(abc.ABC):
-    """An on-disk checkpoint dialect (ModelOpt, SGLang MXFP8, compressed-tensors)."""
+    """An on-disk checkpoint dialect (ModelOpt, SGLang MXFP8, compressed-tensors).
+
+    A dialect owns its on-disk spelling, and every reader and writer asks it rather than spelling
+    it again: the ``quant_method`` engines route on, the tensor names (:attr:`suffixes`) and
+    dtypes (:attr:`output_dtypes`) of each format's outputs, the side files it writes, which
+    global scale it stores and how that turns back into the decode scale (:meth:`decode_scale`).
+    """
 
     name: ClassVar[str]
+    #: ``quantization_config.quant_method`` in config.json: what engines pick their loader by
+    quant_method: ClassVar[str]
     #: the formats this dialect can store
     formats: ClassVar[frozenset[str]]
-    #: name of the global scale / block scale / data tensors per format (for verify and dequantize)
+    #: per format, role (``data``, ``scale``, ``global``, ``input``) -> the tensor's leaf name
     suffixes: ClassVar[Mapping[str, Mapping[str, str]]]
+    #: per format, role -> the safetensors dtype the tensor is stored in
+    output_dtypes: ClassVar[Mapping[str, Mapping[str, str]]] = {
+        "nvfp4": {"data": "U8", "scale": "F8_E4M3", "global": "F32", "input": "F32"},
+        "mxfp8": {"data": "F8_E4M3", "scale": "U8"},
+    }
+    #: JSON files written next to config.json (:meth:`side_files` gives their content)
+    side_file_names: ClassVar[tuple[str, ...]] = ()
+    #: shape of FP32 global scales: ``()`` (ModelOpt) or ``(1,)`` (compressed-tensors)
+    global_shape: ClassVar[tuple[int, ...]] = ()
+    #: True when the stored NVFP4 global scale is the encode scale ``S_enc`` (compressed-tensors),
+    #: False when it is the decode scale the blocks were encoded with (ModelOpt's ``weight_scale_2``)
+    stores_encode_scale: ClassVar[bool] = False
+    #: leaf names of tensors that scale activations or the KV cache, as any engine spells them:
+    #: never weights (``dequantize`` drops them)
+    activation_scale_names: ClassVar[tuple[str, ...]] = ("input_scale", "input_global_scale", "k_scale", "v_scale")
+
+    def output_name(self, module: str, fmt: str, role: str) -> str | None:
+        """The tensor name of ``role`` for a ``fmt`` module, None when the dialect has no such tensor.
+
+        Example:
+            >>> from fp4convert.dialects import get_dialect
+            >>> get_dialect("compressed-tensors").output_name("m.up_proj", "nvfp4", "data")
+            'm.up_proj.weight_packed'
+        """
+        leaf = self.suffixes.get(fmt, {}).get(role)
+        return None if leaf is None else f"{module}.{leaf}"
+
+    def decode_scale(self, stored: torch.Tensor) -> torch.Tensor:
+        """The float32 decode scale (``e2m1 * weight_scale * it`` = the weight) from the stored global scale.
+
+        Example:
+            >>> from fp4convert.dialects import get_dialect
+            >>> get_dialect("compressed-tensors").decode_scale(torch.tensor([4.0])).item()
+            0.25
+        """
+        g = stored.float().reshape(())
+        return torch.div(torch.ones((), dtype=torch.float32, device=g.device), g) if self.stores_encode_scale else g
 
     def refusals(self, contract: Contract, items: Iterable[Planned]) -> list[str]:
         """Why this dialect cannot express the contract on this model (empty: it can)."""
@@ -94,30 +141,19 @@ class Dialect(abc.ABC):
     def layout(self, item: Planned) -> list[OutputSpec]:
         """The output tensors for one source tensor, in write order."""
         if not item.quantized:
-            from fp4convert.checkpoint.safetensors_io import dtype_name
-
-            return [(item.info.name, dtype_name(_torch_dtype(item.info.dtype)), item.info.shape)]
-        if item.decision.format not in self.formats or len(item.info.shape) != 2:
+            return [(item.info.name, _safetensors_code(item.info.dtype), item.info.shape)]
+        fmt = item.decision.format
+        if fmt not in self.formats or len(item.info.shape) != 2:
             return []  # unstorable here: validation refuses the plan before anything is written
         rows, cols = item.info.shape
-        module = item.module
-        names = self.suffixes[item.decision.format]
-        if item.decision.format == "nvfp4":
-            specs = [
-                (f"{module}.{names['data']}", "U8", (rows, cols // 2)),
-                (f"{module}.{names['scale']}", "F8_E4M3", (rows, cols // NVFP4_BLOCK)),
-                (f"{module}.{names['global']}", "F32", self.global_shape),
-            ]
+        if fmt == "nvfp4":
+            shapes = {"data": (rows, cols // 2), "scale": (rows, cols // NVFP4_BLOCK), "global": self.global_shape}
             if self.writes_input_scale(item):
-                specs.append((f"{module}.{names['input']}", "F32", self.global_shape))
-            return specs
-        return [
-            (f"{module}.{names['data']}", "F8_E4M3", (rows, cols)),
-            (f"{module}.{names['scale']}", "U8", (rows, cols // MXFP8_BLOCK)),
-        ]
-
-    #: shape of FP32 global scales: ``()`` (ModelOpt) or ``(1,)`` (compressed-tensors)
-    global_shape: ClassVar[tuple[int, ...]] = ()
+                shapes["input"] = self.global_shape
+        else:
+            shapes = {"data": (rows, cols), "scale": (rows, cols // MXFP8_BLOCK)}
+        dtypes = self.output_dtypes[fmt]
+        return [(f"{item.module}.{self.suffixes[fmt][role]}", dtypes[role], shape) for role, shape in shapes.items()]
 
     def writes_input_scale(self, item: Planned) -> bool:
         return item.decision.format == "nvfp4"
@@ -128,22 +164,16 @@ class Dialect(abc.ABC):
         """The output tensors for one source tensor (``q`` is None when it stays high precision)."""
         if q is None:
             return {item.info.name: source}
-        names = self.suffixes[item.decision.format]
-        module = item.module
+        fmt = item.decision.format
+        dtypes = {role: SAFETENSORS_DTYPES[code] for role, code in self.output_dtypes[fmt].items()}
         if isinstance(q, MXFP8Tensor):
-            return {
-                f"{module}.{names['data']}": q.data.view(torch.float8_e4m3fn),
-                f"{module}.{names['scale']}": q.scale,
-            }
-        assert q.data is not None and q.scale is not None  # rowwise copies are always requested
-        out = {
-            f"{module}.{names['data']}": q.data,
-            f"{module}.{names['scale']}": q.scale.view(torch.float8_e4m3fn),
-            f"{module}.{names['global']}": self.global_scale(q).reshape(self.global_shape),
-        }
-        if self.writes_input_scale(item):
-            out[f"{module}.{names['input']}"] = self.input_scale(input_amax).reshape(self.global_shape)
-        return out
+            values = {"data": q.data, "scale": q.scale}
+        else:
+            assert q.data is not None and q.scale is not None  # rowwise copies are always requested
+            values = {"data": q.data, "scale": q.scale, "global": self.global_scale(q).reshape(self.global_shape)}
+            if self.writes_input_scale(item):
+                values["input"] = self.input_scale(input_amax).reshape(self.global_shape)
+        return {f"{item.module}.{self.suffixes[fmt][role]}": t.view(dtypes[role]) for role, t in values.items()}
 
     @abc.abstractmethod
     def global_scale(self, q: NVFP4Tensor) -> torch.Tensor:
@@ -162,11 +192,13 @@ class Dialect(abc.ABC):
         return {}
 
 
-def _torch_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown torch dtype name {name!r}")
-    return dtype
+def _safetensors_code(name: str) -> str:
+    """The safetensors code a tensor of torch dtype ``name`` is stored with."""
+    dtype = torch_dtype(name)
+    code = None if dtype is None else safetensors_code(dtype)
+    if code is None:
+        raise ConversionError(f"dtype {name!r} has no safetensors spelling", hint="cast the tensor first")
+    return code
 
 
 def calibrated_decode_scale(input_amax: float | None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""compressed-tensors dialect (checkpoint-formats.md section 3): loadable by plain transformers.
+"""compressed-tensors dialect (docs/dialects.md, ``compressed-tensors``): loadable by plain transformers.
 
 NVFP4 (``nvfp4-pack-quantized``): ``weight_packed`` (U8), ``weight_scale`` (F8_E4M3),
 ``weight_global_scale`` (F32 ``[1]``) and, when activations are calibrated, ``input_global_scale``.
@@ -49,31 +49,18 @@ _WEIGHTS = {
         "scale_dtype": "torch.uint8",
     },
 }
+# Activations are quantized as the weights are, but dynamically (NVFP4: a static global scale,
+# dynamic local block scales).
 _INPUTS = {
-    "nvfp4": {
-        "num_bits": 4,
-        "type": "float",
-        "symmetric": True,
-        "group_size": 16,
-        "strategy": "tensor_group",
-        "dynamic": "local",
-        "scale_dtype": "torch.float8_e4m3fn",
-        "observer": "static_minmax",
-    },
-    "mxfp8": {
-        "num_bits": 8,
-        "type": "float",
-        "symmetric": True,
-        "group_size": 32,
-        "strategy": "group",
-        "dynamic": True,
-        "scale_dtype": "torch.uint8",
-    },
+    "nvfp4": {**_WEIGHTS["nvfp4"], "dynamic": "local", "observer": "static_minmax"},
+    "mxfp8": {**_WEIGHTS["mxfp8"], "dynamic": True},
 }
 
 
 class CompressedTensorsDialect(Dialect):
     name: ClassVar[str] = "compressed-tensors"
+    quant_method: ClassVar[str] = "compressed-tensors"
+    stores_encode_scale: ClassVar[bool] = True
     formats: ClassVar[frozenset[str]] = frozenset({"nvfp4", "mxfp8"})
     suffixes: ClassVar[dict[str, dict[str, str]]] = {
         "nvfp4": {
@@ -117,7 +104,7 @@ class CompressedTensorsDialect(Dialect):
             }
         top_format = _FORMAT[next(iter(by_format))] if len(by_format) == 1 else "mixed-precision"
         config: dict[str, Any] = {
-            "quant_method": "compressed-tensors",
+            "quant_method": self.quant_method,
             "format": top_format,
             "quantization_status": "compressed",
             "config_groups": groups,

@@ -1,4 +1,4 @@
-"""ModelOpt HF export dialect (checkpoint-formats.md section 1): what SGLang, vLLM and TRT-LLM load.
+"""ModelOpt HF export dialect (docs/dialects.md, ``modelopt``): what SGLang, vLLM and TRT-LLM load.
 
 NVFP4 modules: ``weight`` (U8 ``[out, in/2]``), ``weight_scale`` (F8_E4M3 ``[out, in/16]``,
 row-major, unswizzled), ``weight_scale_2`` (F32 ``[]``, the global *decode* scale) and
@@ -42,6 +42,8 @@ _KV = {"bf16": None, "fp8_e4m3": "FP8"}
 
 class ModelOptDialect(Dialect):
     name: ClassVar[str] = "modelopt"
+    quant_method: ClassVar[str] = "modelopt"
+    side_file_names: ClassVar[tuple[str, ...]] = ("hf_quant_config.json",)
     formats: ClassVar[frozenset[str]] = frozenset({"nvfp4", "mxfp8"})
     suffixes: ClassVar[dict[str, dict[str, str]]] = {
         "nvfp4": {"data": "weight", "scale": "weight_scale", "global": "weight_scale_2", "input": "input_scale"},
@@ -67,7 +69,7 @@ class ModelOptDialect(Dialect):
     def quantization_config(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         algo, used = self._algo(items)
         config: dict[str, Any] = {
-            "quant_method": "modelopt",
+            "quant_method": self.quant_method,
             "quant_algo": algo,
             "producer": producer(),
             "kv_cache_quant_algo": _KV[contract.kv_cache],
@@ -96,4 +98,4 @@ class ModelOptDialect(Dialect):
             # vLLM's nested NVFP4/MXFP8 parser requires these keys to exist (null is fine).
             quantization["group_size"] = _ALGO[used.pop()]["group_size"] if used else None
             quantization["exclude_modules"] = exclude_list(items)
-        return {"hf_quant_config.json": {"producer": producer(), "quantization": quantization}}
+        return {self.side_file_names[0]: {"producer": producer(), "quantization": quantization}}

@@ -1,4 +1,4 @@
-"""SGLang / Miles MXFP8 dialect (checkpoint-formats.md section 2.2): ``quant_method: "mxfp8"``.
+"""SGLang / Miles MXFP8 dialect (docs/dialects.md, ``sglang-mxfp8``): ``quant_method: "mxfp8"``.
 
 Modules: ``weight`` (F8_E4M3 ``[out, in]``) and ``weight_scale_inv`` (U8 E8M0 ``[out, in/32]``);
 activations are quantized dynamically, so there is no input scale and no hf_quant_config.json.
@@ -21,6 +21,7 @@ __all__ = ["SGLangMXFP8Dialect"]
 
 class SGLangMXFP8Dialect(Dialect):
     name: ClassVar[str] = "sglang-mxfp8"
+    quant_method: ClassVar[str] = "mxfp8"
     formats: ClassVar[frozenset[str]] = frozenset({"mxfp8"})
     suffixes: ClassVar[dict[str, dict[str, str]]] = {"mxfp8": {"data": "weight", "scale": "weight_scale_inv"}}
 
@@ -32,7 +33,7 @@ class SGLangMXFP8Dialect(Dialect):
 
     def quantization_config(self, contract: Contract, items: Sequence[Planned]) -> dict[str, Any]:
         return {
-            "quant_method": "mxfp8",
+            "quant_method": self.quant_method,
             "activation_scheme": "dynamic",
             "fmt": "e4m3",
             "weight_block_size": [1, 32],

@@ -29,7 +29,7 @@ from fp4convert.families._builtin import (
 from fp4convert.families._config import load_config, shipped_config_names
 from fp4convert.families._convert import hf_to_megatron, megatron_to_hf
 from fp4convert.families._grammar import ExpertLayout, MtpInner
-from fp4convert.families._inventory import describe_name, inventory_from_checkpoint, inventory_from_config
+from fp4convert.families._inventory import describe_name, inventory_from_config, inventory_from_tensors
 from fp4convert.families._registry import FamilyRegistry
 from fp4convert.families._spelling import SEPARATE_NORMS, MegatronSpelling, packed_name, unpack
 from fp4convert.families._tables import Family, FamilyKey
@@ -57,8 +57,8 @@ __all__ = [
     "get_family",
     "global_to_local_expert",
     "hf_to_megatron",
-    "inventory_from_checkpoint",
     "inventory_from_config",
+    "inventory_from_tensors",
     "load_config",
     "local_to_global_expert",
     "megatron_to_hf",

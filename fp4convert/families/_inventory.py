@@ -1,8 +1,8 @@
-"""Model inventories (from a config.json, or from a checkpoint's headers) and single-name descriptions."""
+"""Model inventories (from a config.json, or from the tensors a checkpoint holds) and single-name descriptions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,12 +10,11 @@ from typing import Any
 from fp4convert.errors import MappingError
 from fp4convert.families._builtin import REGISTRY, family_for_config, get_family
 from fp4convert.families._config import load_config
-from fp4convert.families._headers import read_checkpoint_headers
 from fp4convert.families._mapper import Match, NameMapper
 from fp4convert.families._tables import Family, FamilyKey
 from fp4convert.inventory import ModelInventory, TensorInfo
 
-__all__ = ["describe_name", "inventory_from_checkpoint", "inventory_from_config", "model_dtype"]
+__all__ = ["describe_name", "inventory_from_config", "inventory_from_tensors", "model_dtype"]
 
 
 def model_dtype(config: Mapping[str, Any]) -> str:
@@ -63,40 +62,44 @@ def inventory_from_config(source: str | Path | Mapping[str, Any]) -> ModelInvent
     )
 
 
-def inventory_from_checkpoint(directory: str | Path) -> ModelInventory:
-    """Every tensor of a checkpoint directory, classified, from its config.json and safetensors headers.
+def inventory_from_tensors(
+    config: Mapping[str, Any], tensors: Iterable[tuple[str, tuple[int, ...], str]]
+) -> ModelInventory:
+    """Every tensor a checkpoint holds, classified: the family's view of what a header reader read.
 
-    Reads only headers (``safe_open`` metadata): no tensor data is loaded and nothing is unpickled.
+    Families never read weight files: :func:`fp4convert.checkpoint.inventory_from_checkpoint` reads
+    the safetensors headers (the one reader) and hands the names, shapes and dtypes here.
 
     Args:
-        directory: holds config.json and ``model.safetensors`` (or an index and shards).
+        config: the checkpoint's parsed config.json.
+        tensors: ``(name, shape, torch dtype name)`` of every tensor, in checkpoint order.
 
     Returns:
-        The inventory in checkpoint order with on-disk shapes and dtypes; ``num_mtp_layers`` counts
-        the MTP layers actually present.
+        The inventory in that order with those shapes and dtypes; ``num_mtp_layers`` counts the
+        MTP layers actually present.
 
     Raises:
         MappingError: a tensor is not part of the family, or is ambiguous.
-        CheckpointError: files are missing or unreadable.
 
     Example:
-        >>> inventory_from_checkpoint("path/to/Qwen3-8B").num_layers  # doctest: +SKIP
-        36
+        >>> config = load_config("Qwen3-30B-A3B")
+        >>> inv = inventory_from_tensors(config, [("model.norm.weight", (2048,), "bfloat16")])
+        >>> inv.family, [(t.name, t.role.value) for t in inv]
+        ('qwen3_moe', [('model.norm.weight', 'norm')])
     """
-    config = load_config(Path(directory))
     family = family_for_config(config)
     mapper = NameMapper(family, config)
-    tensors = []
-    for name, (shape, dtype) in read_checkpoint_headers(directory).items():
+    found = []
+    for name, shape, dtype in tensors:
         info = _describe_unique(mapper, name)
-        tensors.append(replace(info, shape=shape, dtype=dtype))
-    mtp_layers = {t.layer for t in tensors if t.is_mtp}
+        found.append(replace(info, shape=tuple(shape), dtype=dtype))
+    mtp_layers = {t.layer for t in found if t.is_mtp}
     return ModelInventory(
         family=family.key.value,
         num_layers=mapper.num_layers or 0,
-        tensors=tuple(tensors),
+        tensors=tuple(found),
         num_mtp_layers=len(mtp_layers),
-        config=config,
+        config=dict(config),
     )
 
 

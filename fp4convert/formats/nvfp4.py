@@ -183,10 +183,6 @@ def tile_amax(x: torch.Tensor) -> torch.Tensor:
     return tiles.repeat_interleave(NVFP4_BLOCK, dim=0)
 
 
-#: Deprecated private spelling of :func:`tile_amax`, kept until megatron/ switches to the public name.
-_tile_amax = tile_amax
-
-
 def _reference_matrix(
     x2d: torch.Tensor, row_amax: torch.Tensor, profile: profiles.Profile, tile: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

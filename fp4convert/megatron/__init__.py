@@ -11,8 +11,12 @@ Modules, one job each:
   safetensors plus the TransformerEngine precision file.
 * :mod:`~fp4convert.megatron.sources`: reading dumps and masters; where the master holds each HF
   tensor.
-* :mod:`~fp4convert.megatron.validate`: :func:`validate_export`, the batched byte check.
-* :mod:`~fp4convert.megatron.diagnose`: the first differing block and the likely cause.
+* :mod:`~fp4convert.megatron.validate`: :func:`validate_export`, the check of one export.
+* :mod:`~fp4convert.megatron.batches`: the batched byte comparison it runs.
+* :mod:`~fp4convert.megatron.context`: one validation run's state (both sides, references).
+* :mod:`~fp4convert.megatron.diagnose`: findings for what failed, with
+  :mod:`~fp4convert.megatron.difference` (the first differing block) and
+  :mod:`~fp4convert.megatron.causes` (the likely exporter fault).
 * :mod:`~fp4convert.megatron.report`: :class:`ExportReport`.
 """
 
@@ -20,13 +24,12 @@ from __future__ import annotations
 
 from fp4convert.megatron.export import export_hf
 from fp4convert.megatron.import_ import ImportReport, import_hf
-from fp4convert.megatron.plan import ExportItem, ExportPlan, export_plan
+from fp4convert.megatron.plan import ExportPlan, export_plan
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.sources import SafetensorsFolder
 from fp4convert.megatron.validate import ExportValidator, validate_export, validate_export_files
 
 __all__ = [
-    "ExportItem",
     "ExportPlan",
     "ExportReport",
     "ExportValidator",

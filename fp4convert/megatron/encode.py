@@ -1,11 +1,10 @@
 """Quantize one shared-scale group and encode it for a dialect: the converter's arithmetic, reused.
 
 Every byte a live export sends comes from here, and so does the slow-path reference that
-``validate-export`` diagnoses with. It is a thin layer over
-:func:`fp4convert.convert.groups.quantize_members` (the converter's ``quantize_planned`` and the
-dialect's ``encode``, with the shared amax computed as the converter computes it), adding what a
-live update needs: only the outputs the update carries, and the faulty variants diagnosis replays
-(another arithmetic profile, members quantized separately).
+``validate-export`` diagnoses with. It is a thin layer over the per-tensor quantize step
+(:func:`fp4convert.plan.quantize_members`, with the shared amax computed as the converter
+computes it), adding what a live update needs: only the outputs the update carries, and the
+faulty variants diagnosis replays (another arithmetic profile, members quantized separately).
 """
 
 from __future__ import annotations
@@ -14,15 +13,15 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from fp4convert.convert.groups import group_input_amax, quantize_members
-from fp4convert.megatron.plan import ExportItem, ExportPlan
+from fp4convert.megatron.plan import ExportPlan
+from fp4convert.plan import PlannedTensor, group_input_amax, quantize_members
 
 __all__ = ["encode_group"]
 
 
 def encode_group(
     plan: ExportPlan,
-    items: Sequence[ExportItem],
+    items: Sequence[PlannedTensor],
     tensors: Sequence[torch.Tensor],
     *,
     profile: str | None = None,
@@ -54,13 +53,12 @@ def encode_group(
     """
     the_profile = profile or plan.profile
     input_amax = group_input_amax([item.info.name for item in items], plan.calibration)
-    kwargs = {"dialect": plan.dialect, "profile": the_profile, "input_amax": input_amax}
-    if shared:
-        encoded = quantize_members(items, tensors, **kwargs)  # type: ignore[arg-type]
-    else:
-        encoded = {}
-        for item, x in zip(items, tensors, strict=True):
-            encoded.update(quantize_members([item], [x], **kwargs))  # type: ignore[arg-type, list-item]
+    groups = [(items, tensors)] if shared else [([i], [x]) for i, x in zip(items, tensors, strict=True)]
+    encoded: dict[str, torch.Tensor] = {}
+    for members, values in groups:
+        encoded.update(
+            quantize_members(members, values, dialect=plan.dialect, profile=the_profile, input_amax=input_amax)
+        )
     for item in items:
         for name, _, _ in item.outputs:
             yield name, encoded[name]

@@ -1,6 +1,6 @@
 """Live weight export: Megatron-named BF16 parameters in, the sampler's HF-named tensors out.
 
-This is what an RL framework runs after every update (checkpoint-formats.md section 4.5): take the
+This is what an RL framework runs after every update (docs/live-export.md): take the
 learner's parameters (tensor-parallel shards already gathered, expert ids local to the EP rank),
 apply the family transforms (QKV split per query group, ``linear_fc1`` into gate/up, local expert
 ids to global ones), quantize every tensor exactly as the contract and the converter do, and hand
@@ -24,12 +24,13 @@ import torch
 from fp4convert.errors import MappingError
 from fp4convert.families import megatron_to_hf
 from fp4convert.megatron.encode import encode_group
-from fp4convert.megatron.plan import ContractLike, DialectLike, ExportItem, ExportPlan, export_plan
+from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan
+from fp4convert.plan import PlannedTensor
 
 __all__ = ["export_hf"]
 
 
-def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> ExportItem:
+def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> PlannedTensor:
     item = plan.item(name)
     if tuple(x.shape) != tuple(item.info.shape):
         raise MappingError(
@@ -40,7 +41,7 @@ def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> Expor
     return item
 
 
-def _sent(plan: ExportPlan, items: list[ExportItem], tensors: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+def _sent(plan: ExportPlan, items: list[PlannedTensor], tensors: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
     """One group's outputs, computed without autograd (learner parameters require grad) and
     detached, so nothing handed to the sampler holds the learner's graph or its Parameters."""
     with torch.no_grad():
@@ -94,7 +95,7 @@ def export_hf(
         MappingError: an unmapped name, a tensor whose shape does not fit the config (not TP
             gathered?), an expert id outside the EP rank, or a group left incomplete at the end.
 
-    Example:
+    Example (not run: it needs a model's state dict and config):
         >>> megatron = hf_to_megatron(hf_state_dict, "qwen3_moe", config)  # doctest: +SKIP
         >>> for name, tensor in export_hf(megatron.items(), contract="nvfp4-experts-per-token",
         ...                               family="qwen3_moe", config=config):  # doctest: +SKIP

@@ -26,22 +26,18 @@ from typing import Any
 
 import torch
 
-from fp4convert import __version__
+from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
-from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint
+from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint, output_shard_names
+from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.contract.emit import emit
-from fp4convert.convert.execute import _publish
-from fp4convert.convert.manifest import file_sha256, write_json_atomic
 from fp4convert.errors import ConversionError
-from fp4convert.families import (
-    ExpertLayout,
-    MegatronSpelling,
-    hf_to_megatron,
-    inventory_from_checkpoint,
-    packed_name,
-)
+from fp4convert.families import ExpertLayout, MegatronSpelling, hf_to_megatron, packed_name
+from fp4convert.hub import resolve_source
 from fp4convert.inventory import ModelInventory, TensorInfo
+from fp4convert.inventory.dtypes import torch_dtype
+from fp4convert.version import __version__
 
 __all__ = ["MANIFEST_NAME", "PRECISION_FILES", "ImportReport", "import_hf"]
 
@@ -103,7 +99,7 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, spelling: Mega
     targets = sorted(groups.values(), key=position)
     for target in targets:
         meta = {
-            i.name: torch.empty(i.shape, dtype=getattr(torch, i.dtype), device="meta")
+            i.name: torch.empty(i.shape, dtype=torch_dtype(i.dtype), device="meta")
             for i in target.members
             if not _is_shared_copy(i)
         }
@@ -111,30 +107,10 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, spelling: Mega
         target.name, target.dtype, target.shape = name, dtype_name(tensor.dtype), tuple(tensor.shape)
         target.file = source.tensor_file[target.members[0].name]
     files = [f for f in source.shards if any(t.file == f for t in targets)]
-    names = {
-        f: "model.safetensors" if len(files) == 1 else f"model-{n + 1:05d}-of-{len(files):05d}.safetensors"
-        for n, f in enumerate(files)
-    }
+    names = dict(zip(files, output_shard_names(len(files)), strict=True))
     for target in targets:
         target.file = names[target.file]
     return targets
-
-
-def _staging(source: Path, destination: Path, overwrite: bool) -> Path:
-    """``DST.partial/``, empty; refuses a destination that overlaps the source or exists."""
-    src, dst = source.resolve(), destination.resolve()
-    if dst == src or src in dst.parents or dst in src.parents:
-        raise ConversionError(
-            f"destination {destination} overlaps the source {source}",
-            hint="write the Megatron checkpoint to a separate folder",
-        )
-    staging = destination.with_name(destination.name + ".partial")
-    for path in (destination, staging):
-        if path.exists() and not overwrite:
-            raise ConversionError(f"{path} already exists", hint="pass --overwrite to replace it", file=str(path))
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    return staging
 
 
 def _precision_files(contract: Contract, inventory: ModelInventory) -> tuple[dict[str, str], list[str]]:
@@ -221,11 +197,9 @@ def import_hf(
         ConversionError: the destination is unusable.
         CheckpointError: unreadable source files.
 
-    Example:
+    Example (not run: it needs the Qwen3-30B-A3B checkpoint):
         >>> import_hf("Qwen3-30B-A3B", "qwen3-megatron", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
-    from fp4convert.hub import resolve_source
-
     started = time.perf_counter()
     hook: ProgressHook = progress or (lambda event, payload: None)
     layout = ExpertLayout(expert_layout)
@@ -239,13 +213,13 @@ def import_hf(
     layout = spelling.experts
     source_path = resolve_source(source, revision=revision)
     ckpt = open_checkpoint(source_path)
-    inventory = inventory_from_checkpoint(source_path)
+    inventory = ckpt.inventory()
     the_contract = (
         None if contract is None else contract if isinstance(contract, Contract) else load_contract(contract)
     )
     texts, notes = _precision_files(the_contract, inventory) if the_contract is not None else ({}, [])
     targets = _targets(inventory, ckpt, spelling)  # everything is decided before a byte is written
-    staging = _staging(source_path, Path(destination), overwrite)
+    staging = prepare_staging(source_path, Path(destination), overwrite=overwrite, resumable=False)
     hook("plan", {"tensors": len(targets), "bytes": sum(ckpt.entry(i.name).nbytes for i in inventory)})
     by_file: dict[str, list[_Target]] = {}
     for target in targets:
@@ -300,7 +274,7 @@ def import_hf(
             },
         },
     )
-    _publish(staging, Path(destination))
+    publish(staging, Path(destination))
     hook("done", {})
     return ImportReport(
         destination=str(destination),

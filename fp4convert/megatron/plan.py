@@ -18,31 +18,28 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fp4convert.contract import Contract, contract_hash, load_contract
-from fp4convert.dialects import Dialect, OutputSpec, Planned, get_dialect
-from fp4convert.errors import ConversionError, MappingError
+from fp4convert.dialects import Dialect, get_dialect
+from fp4convert.errors import MappingError
 from fp4convert.families import family_for_config, get_family, inventory_from_config, load_config
-from fp4convert.inventory import Role
+from fp4convert.plan import (
+    PlannedTensor,
+    members_of,
+    plan_problems,
+    plan_tensors,
+    refuse,
+    shared_scale_groups,
+    uncalibrated_modules,
+)
 
-__all__ = ["ExportItem", "ExportPlan", "export_plan", "fused_members_phrase"]
+__all__ = ["ExportPlan", "export_plan", "fused_members_phrase"]
 
 ContractLike = Contract | str | Path
 DialectLike = Dialect | str
-
-
-@dataclass(frozen=True)
-class ExportItem(Planned):
-    """One HF tensor of the model: its decision and the tensors a live update sends for it."""
-
-    outputs: tuple[OutputSpec, ...] = ()
-
-    @property
-    def is_expert(self) -> bool:
-        return self.info.role is Role.ROUTED_EXPERT and self.info.expert is not None
 
 
 @dataclass
@@ -55,7 +52,8 @@ class ExportPlan:
         config: the model's config.json.
         dialect: the dialect the update is written in.
         include_input_scale: whether NVFP4 ``input_scale`` tensors are part of the update.
-        items: HF name -> :class:`ExportItem`, in HF order.
+        items: HF name -> :class:`~fp4convert.plan.PlannedTensor` (its outputs: what an update
+            sends), in HF order.
         groups: shared-scale group -> member HF names (NVFP4 groups of two or more only).
         num_experts: routed experts per MoE layer (0 without experts).
         calibration: activation amaxes per HF module, used only for sent input scales.
@@ -66,7 +64,7 @@ class ExportPlan:
     config: dict[str, Any]
     dialect: Dialect
     include_input_scale: bool
-    items: dict[str, ExportItem]
+    items: dict[str, PlannedTensor]
     groups: dict[str, tuple[str, ...]]
     num_experts: int
     calibration: Mapping[str, float] | None = None
@@ -76,7 +74,7 @@ class ExportPlan:
         """The contract's NVFP4 arithmetic profile."""
         return self.contract.nvfp4_profile
 
-    def item(self, name: str) -> ExportItem:
+    def item(self, name: str) -> PlannedTensor:
         """The item of HF tensor ``name``.
 
         Raises:
@@ -91,12 +89,9 @@ class ExportPlan:
                 tensor=name,
             ) from None
 
-    def members(self, item: ExportItem) -> tuple[str, ...]:
+    def members(self, item: PlannedTensor) -> tuple[str, ...]:
         """The HF names sharing ``item``'s outer scale (``(name,)`` when it shares none)."""
-        group = item.decision.fused_group
-        if group is None or group not in self.groups:
-            return (item.info.name,)
-        return self.groups[group]
+        return members_of(self.groups, item)
 
     def experts_per_rank(self, ep_size: int) -> int:
         """Routed experts each of ``ep_size`` expert-parallel ranks holds.
@@ -111,13 +106,13 @@ class ExportPlan:
             )
         return self.num_experts // ep_size if self.num_experts else 0
 
-    def on_rank(self, item: ExportItem, ep_rank: int, ep_size: int) -> bool:
+    def on_rank(self, item: PlannedTensor, ep_rank: int, ep_size: int) -> bool:
         """Whether EP rank ``ep_rank`` exports ``item`` (every rank exports non-expert tensors)."""
         if ep_size == 1 or not item.is_expert:
             return True
         return item.info.expert // self.experts_per_rank(ep_size) == ep_rank  # type: ignore[operator]
 
-    def expected(self, ep_rank: int = 0, ep_size: int = 1) -> list[ExportItem]:
+    def expected(self, ep_rank: int = 0, ep_size: int = 1) -> list[PlannedTensor]:
         """The items EP rank ``ep_rank`` of ``ep_size`` exports, in HF order.
 
         Raises:
@@ -144,18 +139,10 @@ def fused_members_phrase(names: Iterable[str]) -> str:
 
 def _refusals(plan: ExportPlan) -> list[str]:
     """Everything the converter's plan validation would refuse, for this model and dialect."""
-    from fp4convert.convert.plan import _fused_moe_problems, _shape_problem
-
     items = list(plan.items.values())
-    problems = plan.dialect.refusals(plan.contract, items)
-    problems += [p for i in items if i.quantized and (p := _shape_problem(i))]  # type: ignore[arg-type]
-    problems += _fused_moe_problems(items)  # type: ignore[arg-type]
-    nvfp4 = [i for i in items if i.quantized and i.decision.format == "nvfp4"]
-    per_token = plan.contract.formats.nvfp4.per_token_activations
-    if plan.include_input_scale and nvfp4 and not per_token:
-        missing = [
-            i.module for i in nvfp4 if plan.dialect.writes_input_scale(i) and i.module not in (plan.calibration or {})
-        ]
+    problems = plan_problems(plan.contract, plan.dialect, items)
+    if plan.include_input_scale and not plan.contract.formats.nvfp4.per_token_activations:
+        missing = uncalibrated_modules(items, plan.dialect, plan.calibration)
         if missing:
             problems.append(
                 f"input scales are to be sent, but contract {plan.contract.name!r} quantizes NVFP4 "
@@ -180,22 +167,11 @@ def _build(
             f"({family_for_config(config).key.value})",
             hint="pass the family of this config.json, or family=None to take it from the config",
         )
-    inventory = inventory_from_config(config)
-    decisions = contract.decide_all(inventory)
-    input_suffix = dialect.suffixes.get("nvfp4", {}).get("input")
-    items: dict[str, ExportItem] = {}
-    for info in inventory:
-        planned = Planned(info, decisions[info.name])
-        outputs = tuple(
-            spec
-            for spec in dialect.layout(planned)
-            if include_input_scale or not (input_suffix and planned.quantized and spec[0].endswith("." + input_suffix))
-        )
-        items[info.name] = ExportItem(info, decisions[info.name], outputs=outputs)
-    groups: dict[str, list[str]] = {}
-    for item in items.values():
-        if item.quantized and item.decision.format == "nvfp4" and item.decision.fused_group:
-            groups.setdefault(item.decision.fused_group, []).append(item.info.name)
+    items: dict[str, PlannedTensor] = {}
+    for item in plan_tensors(contract, inventory_from_config(config), dialect):
+        input_scale = dialect.output_name(item.module, item.decision.format, "input")
+        outputs = tuple(spec for spec in item.outputs if include_input_scale or spec[0] != input_scale)
+        items[item.info.name] = replace(item, outputs=outputs)
     experts = {i.info.expert for i in items.values() if i.is_expert}
     plan = ExportPlan(
         contract=contract,
@@ -204,18 +180,15 @@ def _build(
         dialect=dialect,
         include_input_scale=include_input_scale,
         items=items,
-        groups={g: tuple(m) for g, m in groups.items() if len(m) > 1},
+        groups=shared_scale_groups(items.values()),
         num_experts=len(experts),
         calibration=calibration,
     )
-    problems = _refusals(plan)
-    if problems:
-        listing = "\n  - ".join(problems)
-        raise ConversionError(
-            f"the contract cannot be exported in dialect {dialect.name!r} ({len(problems)} problems):\n  - {listing}",
-            hint="fix the contract, pick another dialect, or keep the listed tensors in BF16",
-            problems=problems,
-        )
+    refuse(
+        _refusals(plan),
+        f"the contract cannot be exported in dialect {dialect.name!r}",
+        "fix the contract, pick another dialect, or keep the listed tensors in BF16",
+    )
     return plan
 
 

@@ -38,7 +38,7 @@ class SafetensorsFolder(Mapping[str, torch.Tensor]):
     Raises:
         CheckpointError: nothing to read, or a file that is not safetensors.
 
-    Example:
+    Example (not run: it needs an exporter's dump in ``dump/``):
         >>> dump = SafetensorsFolder("dump/")  # doctest: +SKIP
         >>> dump["model.layers.0.mlp.experts.0.up_proj.weight_scale_2"].item()  # doctest: +SKIP
         0.000123

@@ -8,14 +8,10 @@ one outer scale; no ``input_scale`` where the update must not carry one. Failure
 to :mod:`fp4convert.megatron.diagnose`, which names the first differing block and the likely cause.
 
 The fast path is built to run at every weight sync on the learner's GPU (target >= 100 GB/s of
-BF16 master on an H200). Per-tensor work would be bound by kernel launches (a Qwen3-30B-A3B sync
-has ~18k expert tensors of a few MB), so tensors are batched: the master rows of all tensors of one
-layer, format and width are concatenated and quantized with one amax kernel, one scatter-max for
-the shared outer amaxes and one quantize kernel, and compared with the export concatenated the same
-way. Quantization is row-independent given each row's outer amax (1x16 blocks; 16x16 tiles never
-straddle tensors, whose rows are multiples of 16), so the batch's bytes are the per-tensor bytes
-the converter writes; tests compare both byte for byte. Mismatch counts stay on the device and
+BF16 master on an H200): what the master's layout fixes is compiled once and kept between syncs,
+the bytes are compared in batches (:mod:`fp4convert.megatron.batches`), and the mismatch counts
 are read back once at the end; only failing tensors take the slow, diagnosing path.
+:func:`validate_export_files` is the same check on an exporter's dump and a master on disk.
 """
 
 from __future__ import annotations
@@ -23,61 +19,27 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.safetensors_io import DTYPES, dtype_name
+from fp4convert.checkpoint.safetensors_io import dtype_name
+from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.dialects import OutputSpec
-from fp4convert.errors import ConversionError
-from fp4convert.formats import kernels
-from fp4convert.formats.nvfp4 import NVFP4Tensor, _tile_amax
+from fp4convert.errors import CheckpointError, ConversionError
+from fp4convert.families import load_config
+from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
-from fp4convert.megatron.diagnose import Context
-from fp4convert.megatron.plan import ContractLike, DialectLike, ExportItem, export_plan
+from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
+from fp4convert.megatron.context import Context
+from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.sources import PieceSource, SafetensorsFolder, piece_sources, tensor_meta
+from fp4convert.plan import PlannedTensor
 
 __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
-
-_NVFP4_COLUMNS = ("data", "scale", "global", "shared")
-_MXFP8_COLUMNS = ("data", "scale")
-
-
-@dataclass
-class _Layout:
-    """One batch: tensors of one layer, format and width, quantized together. Everything about it
-    that does not change between syncs is kept: names, master rows, and device index tensors."""
-
-    fmt: str
-    items: list[ExportItem]
-    units: list[str]  # shared-amax unit of each item
-    outputs: list[list[str]]  # per output role (data, scale[, global]), the items' names
-    rows: list[int]
-    index: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # device -> tensors
-
-    def on(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """(row_unit, row_item, item_unit, unit_first, units) index tensors on ``device``."""
-        key = str(device)
-        if key not in self.index:
-            ids: dict[str, int] = {}
-            item_unit = [ids.setdefault(u, len(ids)) for u in self.units]
-            first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
-            counts = torch.tensor(self.rows)
-            self.index[key] = (
-                torch.repeat_interleave(torch.tensor(item_unit), counts).to(device),
-                torch.repeat_interleave(torch.arange(len(self.items)), counts).to(device),
-                torch.tensor(item_unit).to(device),
-                torch.tensor([first[u] for u in range(len(ids))]).to(device),
-                torch.tensor(len(ids)),
-            )
-        return self.index[key]
-
-
-#: one step of the byte check: a BF16 item compared as is, or a batch
-_Step = tuple[str, ExportItem | _Layout]
 
 
 @dataclass
@@ -87,20 +49,16 @@ class _Compiled:
     sources: dict[str, PieceSource]
     outputs: dict[str, list[OutputSpec]]  # item name -> expected outputs (BF16: the master's dtype)
     problems: list[Finding]  # items the master cannot provide
-    expected_names: dict[str, ExportItem]
+    expected_names: dict[str, PlannedTensor]
     master_bytes: int
-    checks: list[tuple[str, torch.dtype, tuple[int, ...], ExportItem]]
-    steps: list[list[_Step]] | None = None  # per layer, when every item is fit (the usual case)
+    checks: list[tuple[str, torch.dtype, tuple[int, ...], PlannedTensor]]
+    steps: list[list[Step]] | None = None  # per layer, when every item is fit (the usual case)
 
 
 def _device_of(master: Mapping[str, torch.Tensor]) -> torch.device:
     if isinstance(master, SafetensorsFolder) or not master:
         return torch.device("cpu")
     return next(iter(master.values())).device
-
-
-def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return tensor if tensor.device == device else tensor.to(device)
 
 
 class ExportValidator:
@@ -119,7 +77,7 @@ class ExportValidator:
         max_batch_bytes: BF16 master bytes quantized in one batch (bounds the extra memory).
         max_diagnosed: failing modules diagnosed in full; the rest are only reported.
 
-    Example:
+    Example (not run: it needs a Megatron model and an exporter):
         >>> validator = ExportValidator(contract="nvfp4-experts-per-token", config=config)  # doctest: +SKIP
         >>> report = validator(dict(export_hf(params, ...)), dict(model.named_parameters()))  # doctest: +SKIP
         >>> report.raise_if_failed()  # doctest: +SKIP
@@ -175,7 +133,7 @@ class ExportValidator:
             if found is not None:
                 outputs[item.info.name] = found
         checks = [
-            (name, DTYPES[dtype], tuple(shape), item)
+            (name, SAFETENSORS_DTYPES[dtype], tuple(shape), item)
             for item in self.items
             for name, dtype, shape in outputs.get(item.info.name, ())
         ]
@@ -184,49 +142,8 @@ class ExportValidator:
         self._compiled = (signature, compiled)
         return compiled
 
-    def _unit(self, item: ExportItem) -> str:
-        group = item.decision.fused_group
-        return group if group is not None and group in self.plan.groups else item.info.name
-
-    def _steps(self, items: list[ExportItem], complete: set[str] | None) -> list[list[_Step]]:
-        """Per layer: BF16 items one by one, quantized ones in batches of one (format, width, tile),
-        whole shared-amax units at a time, size-capped. ``complete``: units allowed in batches."""
-        layers: OrderedDict[int | None, list[ExportItem]] = OrderedDict()
-        for item in items:
-            layers.setdefault(item.info.layer, []).append(item)
-        steps: list[list[_Step]] = []
-        for members in layers.values():
-            layer: list[_Step] = [("bf16", item) for item in members if not item.quantized]
-            keyed: OrderedDict[tuple[Any, ...], OrderedDict[str, list[ExportItem]]] = OrderedDict()
-            for item in members:
-                unit = self._unit(item)
-                if item.quantized and (complete is None or unit in complete):
-                    key = (item.decision.format, item.info.shape[-1], getattr(item.decision.recipe, "tile", ""))
-                    keyed.setdefault(key, OrderedDict()).setdefault(unit, []).append(item)
-            for units in keyed.values():
-                batch: list[ExportItem] = []
-                size = 0
-                for group in units.values():
-                    nbytes = sum(m.info.numel * 2 for m in group)
-                    if batch and size + nbytes > self.max_batch_bytes:
-                        layer.append((batch[0].decision.format, self._layout(batch)))
-                        batch, size = [], 0
-                    batch += group
-                    size += nbytes
-                if batch:
-                    layer.append((batch[0].decision.format, self._layout(batch)))
-            steps.append(layer)
-        return steps
-
-    def _layout(self, batch: list[ExportItem]) -> _Layout:
-        roles = 3 if batch[0].decision.format == "nvfp4" else 2
-        return _Layout(
-            fmt=batch[0].decision.format,
-            items=batch,
-            units=[self._unit(item) for item in batch],
-            outputs=[[item.outputs[role][0] for item in batch] for role in range(roles)],
-            rows=[item.info.shape[0] for item in batch],
-        )
+    def _steps(self, items: list[PlannedTensor], complete: set[str] | None) -> list[list[Step]]:
+        return plan_steps(self.plan, items, complete, self.max_batch_bytes)
 
     # -- structure ----------------------------------------------------------------------------------
 
@@ -268,80 +185,30 @@ class ExportValidator:
         expected = ctx.expected_names
         ctx.extras = [name for name in ctx.exported if name not in expected]
 
-    # -- the batched byte comparison -----------------------------------------------------------------
+    # -- the byte comparison ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _bad_rows(row_item: torch.Tensor, items: int, actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-        bad = (actual.reshape(expected.shape) != expected).any(dim=1).long()
-        return torch.zeros(items, dtype=torch.int64, device=expected.device).index_add_(0, row_item, bad)
-
-    def _inputs(self, ctx: Context, layout: _Layout) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
-        """The batch's master rows concatenated, and the exported tensors of each output role."""
-        xs = [ctx.master_piece(item) for item in layout.items]
-        x = xs[0] if len(xs) == 1 else torch.cat(xs)
-        get, device = ctx.exported.__getitem__, ctx.device
-        return x, [[_on(get(name), device) for name in names] for names in layout.outputs]
-
-    def _nvfp4(self, ctx: Context, layout: _Layout) -> torch.Tensor:
-        x, (data_out, scale_out, global_out) = self._inputs(ctx, layout)
-        row_unit, row_item, item_unit, unit_first, units = layout.on(x.device)
-        row_amax = kernels.row_amax(x)
-        unit_amax = torch.zeros(int(units), dtype=torch.float32, device=x.device).scatter_reduce_(
-            0, row_unit, row_amax, "amax", include_self=False
-        )
-        tile = getattr(layout.items[0].decision.recipe, "tile", "1x16")
-        block_amax = _tile_amax(x) if tile == "16x16" else None
-        data, scale = kernels.nvfp4_matrix(x, unit_amax[row_unit], self.plan.profile, block_amax)  # type: ignore[arg-type]
-        # Dialect global scales are elementwise in the amax: one call for every unit of the batch.
-        amaxes = NVFP4Tensor((int(units),), x.dtype, tile, "tensor", self.plan.profile, unit_amax)
-        expected_global = self.plan.dialect.global_scale(amaxes).float()[item_unit].view(torch.int32)
-        act_global = torch.stack(global_out).reshape(-1).view(torch.int32)
-        act_scale = torch.cat(scale_out).view(torch.uint8)
-        n = len(layout.items)
-        return torch.stack(
-            [
-                self._bad_rows(row_item, n, torch.cat(data_out), data),
-                self._bad_rows(row_item, n, act_scale, scale),
-                (act_global != expected_global).long(),
-                (act_global != act_global[unit_first[item_unit]]).long(),
-            ],
-            dim=1,
-        )
-
-    def _mxfp8(self, ctx: Context, layout: _Layout) -> torch.Tensor:
-        x, (data_out, scale_out) = self._inputs(ctx, layout)
-        _, row_item, _, _, _ = layout.on(x.device)
-        data, scale = kernels.mxfp8_matrix(x)
-        n = len(layout.items)
-        act_data = torch.cat(data_out).view(torch.uint8)
-        return torch.stack(
-            [self._bad_rows(row_item, n, act_data, data), self._bad_rows(row_item, n, torch.cat(scale_out), scale)],
-            dim=1,
-        )
-
-    def _compare(self, ctx: Context, compiled: _Compiled, broken: set[str]) -> list[tuple[ExportItem, dict[str, int]]]:
+    def _compare(
+        self, ctx: Context, compiled: _Compiled, broken: set[str]
+    ) -> list[tuple[PlannedTensor, dict[str, int]]]:
         """Byte checks of every structurally fit item; returns the failing ones with their counts."""
-        slow: list[ExportItem] = []
+        slow: list[PlannedTensor] = []
         steps = compiled.steps
         if broken or steps is None:
             # A group with a broken member cannot be batched (its shared amax needs every member's
             # master rows): its fit members are checked one by one on the slow path instead.
-            bad_units = {self._unit(self.plan.items[n]) for n in broken}
+            bad_units = {unit_of(self.plan, self.plan.items[n]) for n in broken}
             fit = [self.plan.items[n] for n in compiled.outputs if n not in broken]
-            slow = [i for i in fit if i.quantized and self._unit(i) in bad_units]
-            complete = {self._unit(i) for i in fit} - bad_units
+            slow = [i for i in fit if i.quantized and unit_of(self.plan, i) in bad_units]
+            complete = {unit_of(self.plan, i) for i in fit} - bad_units
             steps = self._steps(fit, complete)
-        results: list[tuple[list[ExportItem], torch.Tensor, tuple[str, ...]]] = []
+        results: list[tuple[list[PlannedTensor], torch.Tensor, tuple[str, ...]]] = []
         for layer in steps:
             ctx.begin_chunk()
             for kind, payload in layer:
-                if isinstance(payload, _Layout):
-                    counts = self._nvfp4(ctx, payload) if kind == "nvfp4" else self._mxfp8(ctx, payload)
-                    results.append((payload.items, counts, _NVFP4_COLUMNS if kind == "nvfp4" else _MXFP8_COLUMNS))
-                else:
-                    results.append(([payload], ctx.bf16_mismatch(payload).reshape(1, 1).long(), ("data",)))
+                counts, columns = mismatches(ctx, kind, payload)
+                results.append((payload.items if isinstance(payload, Batch) else [payload], counts, columns))
             ctx.end_chunk()
-        failing: list[tuple[ExportItem, dict[str, int]]] = []
+        failing: list[tuple[PlannedTensor, dict[str, int]]] = []
         if results:  # one device -> host transfer for the whole export
             flat: list[int] = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu().tolist()
             offset = 0
@@ -453,15 +320,13 @@ def validate_export(
         ConversionError, ContractError, MappingError: the contract cannot be exported on this
             model, or the master holds names that are not this model's.
 
-    Example:
+    Example (not run: it needs a model's state dict and config):
         >>> megatron = hf_to_megatron(hf_state_dict, "qwen3_moe", config)  # doctest: +SKIP
         >>> kwargs = {"contract": "nvfp4-experts-per-token", "family": "qwen3_moe", "config": config}  # doctest: +SKIP
         >>> exported = dict(export_hf(megatron.items(), **kwargs))  # doctest: +SKIP
         >>> validate_export(exported, megatron, **kwargs).ok  # doctest: +SKIP
         True
     """
-    from fp4convert.contract import Contract, contract_hash, load_contract
-
     the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
     key = (
         contract_hash(the_contract),
@@ -525,15 +390,12 @@ def validate_export_files(
     Raises:
         CheckpointError: unreadable files, or no config.json.
 
-    Example:
+    Example (not run: it needs an exporter's dump and a master checkpoint):
         >>> report = validate_export_files("dump/", "Qwen3-30B-A3B/", contract="nvfp4-experts-per-token")
         ... # doctest: +SKIP
         >>> report.ok, report.summary()  # doctest: +SKIP
         (True, 'OK: all 55443 exported tensors follow contract nvfp4-experts-per-token (...)')
     """
-    from fp4convert.errors import CheckpointError
-    from fp4convert.families import load_config
-
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConversionError("--device cuda was asked for, but no CUDA device is available", hint="use --device cpu")
     master_path = Path(master)

@@ -258,7 +258,7 @@ def render_card(
         HubError: the embedded contract is invalid or does not hash to the manifest's ``contract_sha256``.
 
     Example (not run: it needs a converted checkpoint in ``out``):
-        >>> from fp4convert.convert.manifest import read_manifest  # doctest: +SKIP
+        >>> from fp4convert.checkpoint.manifest import read_manifest  # doctest: +SKIP
         >>> card = render_card(read_manifest("out"), repo_id="me/Qwen3-NVFP4",
         ...                    verification="OK: 120 checks passed")  # doctest: +SKIP
         >>> card.splitlines()[0]  # doctest: +SKIP

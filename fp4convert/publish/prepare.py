@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.manifest import MANIFEST, read_manifest
 from fp4convert.checkpoint.source import PICKLE_SUFFIXES
-from fp4convert.convert.manifest import MANIFEST, file_sha256, read_manifest
 from fp4convert.errors import HubError
 from fp4convert.hub import is_repo_id
 from fp4convert.publish.card import render_card

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fp4convert.convert.manifest import MANIFEST
+from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.errors import Fp4ConvertError, HubError
 from fp4convert.hub import http_cause, hub_endpoint, hub_error, redact
 from fp4convert.publish.prepare import Publication

@@ -19,18 +19,18 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.hashing import tensor_sha256
+from fp4convert.checkpoint.manifest import read_manifest
+from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
-from fp4convert.checkpoint.source import INDEX_NAME, checked_file, shard_name_problem
-from fp4convert.convert.manifest import read_manifest
+from fp4convert.checkpoint.source import INDEX_NAME, checked_file, open_checkpoint, shard_name_problem
+from fp4convert.contract import parse_contract
+from fp4convert.dialects import Dialect, get_dialect, module_of
 from fp4convert.errors import CheckpointError
+from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.hub import resolve_source
+from fp4convert.plan import SharedAmax, input_amax, load_calibration, plan_conversion, quantize_tensor
 
 __all__ = ["TensorCheck", "VerifyReport", "verify_checkpoint"]
-
-_EXPECTED_DTYPES = {
-    "nvfp4": {"data": "U8", "scale": "F8_E4M3", "global": "F32", "input": "F32"},
-    "mxfp8": {"data": "F8_E4M3", "scale": "U8"},
-}
-_QUANT_METHOD = {"modelopt": "modelopt", "sglang-mxfp8": "mxfp8", "compressed-tensors": "compressed-tensors"}
 
 
 @dataclass
@@ -45,6 +45,12 @@ class TensorCheck:
 
 @dataclass
 class VerifyReport:
+    """The verdict on one converted checkpoint: every check made, and whether the source was compared.
+
+    ``ok`` is the verdict, ``failures`` the failed checks, ``summary()`` one line, ``to_json()`` for
+    ``verify --json``.
+    """
+
     directory: str
     checks: list[TensorCheck] = field(default_factory=list)
     compared_with_source: bool = False
@@ -97,15 +103,14 @@ def _headers(directory: Path, files: set[str], report: VerifyReport) -> dict[str
     return found
 
 
-def _check_config(directory: Path, manifest: Mapping[str, Any], report: VerifyReport) -> None:
-    dialect = manifest["dialect"]
+def _check_config(directory: Path, dialect: Dialect, report: VerifyReport) -> None:
     try:
         config = json.loads((directory / "config.json").read_text())
         method = config.get("quantization_config", {}).get("quant_method")
     except (OSError, json.JSONDecodeError) as exc:
         report.checks.append(TensorCheck("config.json", False, "config", f"unreadable: {exc}"))
         return
-    expected = _QUANT_METHOD[dialect]
+    expected = dialect.quant_method
     report.checks.append(
         TensorCheck(
             "config.json",
@@ -114,14 +119,12 @@ def _check_config(directory: Path, manifest: Mapping[str, Any], report: VerifyRe
             "" if method == expected else f"quant_method {method!r}, expected {expected!r}",
         )
     )
-    if dialect == "modelopt":
-        present = (directory / "hf_quant_config.json").is_file()
-        report.checks.append(TensorCheck("hf_quant_config.json", present, "config", "" if present else "missing"))
+    for side_file in dialect.side_file_names:
+        present = (directory / side_file).is_file()
+        report.checks.append(TensorCheck(side_file, present, "config", "" if present else "missing"))
 
 
-def _check_structure(
-    name: str, info: Mapping[str, Any], dialect_suffixes: Mapping[str, Mapping[str, str]], report: VerifyReport
-) -> None:
+def _check_structure(name: str, info: Mapping[str, Any], dialect: Dialect, report: VerifyReport) -> None:
     fmt = info["format"]
     if fmt == "bf16":
         ok = list(info["outputs"]) == [name]
@@ -129,11 +132,10 @@ def _check_structure(
         return
     module = name.rsplit(".", 1)[0]
     outputs = info["outputs"]
-    for role, dtype in _EXPECTED_DTYPES[fmt].items():
-        suffix = dialect_suffixes[fmt].get(role)
-        if suffix is None:
+    for role, dtype in dialect.output_dtypes[fmt].items():
+        out = dialect.output_name(module, fmt, role)
+        if out is None:
             continue
-        out = f"{module}.{suffix}"
         if out not in outputs:
             if role != "input":
                 report.checks.append(TensorCheck(out, False, "structure", f"{fmt} module lacks its {role} tensor"))
@@ -170,20 +172,18 @@ def verify_checkpoint(
     Returns:
         A :class:`VerifyReport` (``report.ok`` is the verdict).
 
-    Example:
+    Example (not run: it needs a converted checkpoint in ``out`` and its source):
         >>> verify_checkpoint("out", source="Qwen3-30B-A3B").ok  # doctest: +SKIP
         True
     """
-    from fp4convert.dialects import DIALECTS
-
     directory = Path(directory)
     manifest = read_manifest(directory)
     report = VerifyReport(str(directory))
-    _check_config(directory, manifest, report)
-    suffixes = DIALECTS[manifest["dialect"]].suffixes
+    dialect = get_dialect(manifest["dialect"])
+    _check_config(directory, dialect, report)
     expected: dict[str, Mapping[str, Any]] = {}
     for name, info in manifest["tensors"].items():
-        _check_structure(name, info, suffixes, report)
+        _check_structure(name, info, dialect, report)
         expected.update(info["outputs"])
     index_path = directory / INDEX_NAME
     files = {o["file"] for o in expected.values()}
@@ -220,7 +220,7 @@ def verify_checkpoint(
         for name, digest in ((n, known[n]) for names in to_hash.values() for n in names):
             ok = digest == expected[name]["sha256"]
             report.checks.append(TensorCheck(name, ok, "sha256", "" if ok else "bytes differ from the manifest"))
-        _check_shared_scales(directory, manifest, suffixes, found, cache, report)
+        _check_shared_scales(directory, manifest, dialect, found, cache, report)
         if source is not None:
             _compare_with_source(directory, manifest, source, device, found, cache, report)
     finally:
@@ -247,7 +247,7 @@ def _hash_tensors(directory: Path, by_file: Mapping[str, list[str]]) -> dict[str
 def _check_shared_scales(
     directory: Path,
     manifest: Mapping[str, Any],
-    suffixes: Mapping[str, Any],
+    dialect: Dialect,
     found: Mapping[str, Any],
     cache: dict[str, SafetensorsFile],
     report: VerifyReport,
@@ -256,12 +256,11 @@ def _check_shared_scales(
     for name, info in manifest["tensors"].items():
         if info["format"] == "nvfp4" and info.get("fused_group"):
             groups.setdefault(info["fused_group"], []).append(name)
-    key = suffixes.get("nvfp4", {}).get("global")
     for group, members in groups.items():
         scales = []
         for name in members:
-            out = f"{name.rsplit('.', 1)[0]}.{key}"
-            if out in found:
+            out = dialect.output_name(module_of(name), "nvfp4", "global")
+            if out is not None and out in found:
                 scales.append((name, _tensor_bytes(directory, found[out][0], out, cache)))
         same = all(
             torch.equal(s.reshape(-1).view(torch.uint8), scales[0][1].reshape(-1).view(torch.uint8))
@@ -275,7 +274,7 @@ def _check_shared_scales(
         )
 
 
-def _first_difference(name: str, fmt: str, actual: torch.Tensor, expected: torch.Tensor) -> str:
+def _first_difference(dialect: Dialect, name: str, fmt: str, actual: torch.Tensor, expected: torch.Tensor) -> str:
     a = actual.reshape(-1).view(torch.uint8)
     e = expected.reshape(-1).view(torch.uint8)
     if a.shape != e.shape:
@@ -285,7 +284,9 @@ def _first_difference(name: str, fmt: str, actual: torch.Tensor, expected: torch
     where = f"byte {i}"
     if actual.dim() == 2:
         row, col = divmod(i, actual.shape[1] * actual.element_size())
-        per_block = {"weight": 8, "weight_packed": 8}.get(name.rsplit(".", 1)[-1], 1) if fmt == "nvfp4" else 32
+        # bytes per block: NVFP4 data packs 16 values in 8 bytes, its block scales are one byte each
+        data = name == dialect.output_name(module_of(name), fmt, "data")
+        per_block = (NVFP4_BLOCK // 2 if data else 1) if fmt == "nvfp4" else MXFP8_BLOCK
         where = f"row {row}, block {col // per_block}"
     return (
         f"{diff.numel()} of {a.numel()} bytes differ; first at {where}: {int(a[i]):#04x} != expected {int(e[i]):#04x}"
@@ -301,30 +302,31 @@ def _compare_with_source(
     cache: dict[str, SafetensorsFile],
     report: VerifyReport,
 ) -> None:
-    from fp4convert.checkpoint.source import open_checkpoint
-    from fp4convert.contract import parse_contract
-    from fp4convert.convert.execute import _GroupAmax, _input_amax, _Reader, quantize_planned
-    from fp4convert.convert.plan import build_plan, load_calibration
-    from fp4convert.dialects import get_dialect
-    from fp4convert.hub import resolve_source
-
     contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/fp4convert.json", json_text=True)
     dialect = get_dialect(manifest["dialect"], per_token_activations=contract.formats.nvfp4.per_token_activations)
     ckpt = open_checkpoint(resolve_source(source))
-    plan = build_plan(ckpt, contract, dialect)
+    plan = plan_conversion(ckpt, contract, dialect)
     calib_path = manifest["source"].get("calibration")
     calibration = load_calibration(calib_path) if calib_path and Path(calib_path).is_file() else None
-    reader = _Reader(ckpt)
-    amaxes = _GroupAmax(plan, reader.read)
+    reader = SourceReader(ckpt)
+    amaxes = SharedAmax(plan, reader.read)
     report.compared_with_source = True
     try:
         for item in plan.items:
             early = amaxes.take(item.info.name)
             x = early if early is not None else reader.read(item.info.name)
-            q = quantize_planned(item, x, profile=contract.nvfp4_profile, amax=amaxes.amax_for(item, x), device=device)
-            tensors = dialect.encode(item, q, x, _input_amax(item, plan, calibration))
+            tensors = quantize_tensor(
+                item,
+                x,
+                dialect=dialect,
+                profile=contract.nvfp4_profile,
+                amax=amaxes.amax_for(item, x),
+                input_amax=input_amax(item, plan.groups, calibration),
+                device=device,
+            )
+            input_name = dialect.output_name(item.module, item.decision.format, "input")
             for name, tensor in tensors.items():
-                if name.endswith((".input_scale", ".input_global_scale")) and calibration is None and calib_path:
+                if name == input_name and calibration is None and calib_path:
                     continue  # calibration file not available here: nothing to recompute it from
                 if name not in found:
                     report.checks.append(TensorCheck(name, False, "source", "the contract requires it; it is missing"))
@@ -338,7 +340,7 @@ def _compare_with_source(
                         name,
                         same,
                         "source",
-                        "" if same else _first_difference(name, item.decision.format, actual, tensor.cpu()),
+                        "" if same else _first_difference(dialect, name, item.decision.format, actual, tensor.cpu()),
                     )
                 )
     finally:

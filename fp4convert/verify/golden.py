@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from fp4convert import __version__
 from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.errors import CheckpointError
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import quantize_nvfp4
 from fp4convert.formats.profiles import FOUR_OVER_SIX_PROFILES
+from fp4convert.version import __version__
 
 __all__ = [
     "FixtureResult",

@@ -10,10 +10,10 @@ import torch
 from _helpers import NVFP4_EXPERTS
 from safetensors.torch import save_file
 
+from fp4convert.checkpoint import inventory_from_checkpoint
 from fp4convert.checkpoint.safetensors_io import StreamingWriter
 from fp4convert.checkpoint.source import open_checkpoint, output_shard_names, shard_name_problem
 from fp4convert.errors import CheckpointError
-from fp4convert.families import inventory_from_checkpoint
 from fp4convert.verify.checkpoint import verify_checkpoint
 
 

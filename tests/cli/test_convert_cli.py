@@ -61,7 +61,7 @@ def test_refusal_is_one_error_with_a_hint(tiny_checkpoint, tmp_path, capsys):
     )
     assert code == 1
     assert err.startswith("error[conversion]: conversion refused before writing anything (1 problems):")
-    assert "hint: fix the contract, pick another --dialect, or keep the listed tensors in BF16" in err
+    assert "hint: fix the contract, pick another dialect (--dialect), or keep the listed tensors in BF16" in err
 
 
 def test_bad_shard_size_is_explained(tiny_checkpoint, tmp_path, capsys):

@@ -48,7 +48,7 @@ def test_deepseek_v3_experts_are_656_5b_params_97_8_percent(deepseek_plan: Plan)
 
 
 def test_deepseek_v3_kv_b_proj_in_bf16_costs_1_906_gib(deepseek_plan: Plan) -> None:
-    kv_b = [p for p in deepseek_plan.decoder() if p.tensor.name.endswith("self_attn.kv_b_proj.weight")]
+    kv_b = [p for p in deepseek_plan.decoder() if p.info.name.endswith("self_attn.kv_b_proj.weight")]
     assert len(kv_b) == 61 and {p.format for p in kv_b} == {"bf16"}
     rules = {p.rule for p in kv_b}
     assert len(rules) == 1

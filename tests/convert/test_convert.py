@@ -114,12 +114,26 @@ def test_compressed_tensors_uses_reciprocal_global_scale(converted, tiny_checkpo
     name = "model.layers.2.mlp.experts.3.down_proj"
     assert_bytes_equal(tensors[f"{name}.weight_packed"], mo[f"{name}.weight"])
     assert tensors[f"{name}.weight_global_scale"].shape == (1,)
-    ratio = tensors[f"{name}.weight_global_scale"].item() * mo[f"{name}.weight_scale_2"].item()
-    assert ratio == pytest.approx(1.0, rel=1e-6)
+    # compressed-tensors stores the encode scale S_enc, ModelOpt the decode scale rn32(1 / S_enc) (te profile).
+    s_enc = tensors[f"{name}.weight_global_scale"]
+    assert_bytes_equal(mo[f"{name}.weight_scale_2"], torch.div(torch.ones(()), s_enc.reshape(())))
     assert f"{name}.input_global_scale" not in tensors  # per-token: weight-only NVFP4 group
     config = json.loads((out / "config.json").read_text())["quantization_config"]
     assert config["format"] == "nvfp4-pack-quantized"
     assert config["config_groups"]["group_0"]["input_activations"] is None
+
+
+def test_workers_set_torch_threads_for_the_run_only(tiny_checkpoint, tmp_path):
+    before = torch.get_num_threads()
+    seen = []
+    convert_checkpoint(
+        tiny_checkpoint("llama"),
+        tmp_path / "o",
+        contract=MXFP8_ALL,
+        workers=before + 1,
+        progress=lambda event, payload: seen.append(torch.get_num_threads()),
+    )
+    assert set(seen) == {before + 1} and torch.get_num_threads() == before
 
 
 def test_source_is_never_modified(tiny_checkpoint, tmp_path):
@@ -132,7 +146,7 @@ def test_source_is_never_modified(tiny_checkpoint, tmp_path):
 def test_existing_destination_and_overlap_are_refused(tiny_checkpoint, tmp_path):
     src = tiny_checkpoint("qwen3_moe")
     (tmp_path / "taken").mkdir()
-    with pytest.raises(ConversionError, match=r"already exists; pass --overwrite"):
+    with pytest.raises(ConversionError, match=r"already exists; pass overwrite=True \(--overwrite\) to replace it"):
         convert_checkpoint(src, tmp_path / "taken", contract=NVFP4_EXPERTS)
     with pytest.raises(ConversionError, match=r"overlaps the source"):
         convert_checkpoint(src, src / "inside", contract=NVFP4_EXPERTS)
@@ -161,7 +175,7 @@ def test_interrupted_run_leaves_nothing_that_looks_complete_and_resumes(tiny_che
     partial = tmp_path / "out.partial"
     assert not (partial / "fp4convert.json").exists() and not (partial / "config.json").exists()
     assert not list(partial.glob("*.tmp"))  # the shard being written was removed
-    with pytest.raises(ConversionError, match=r"holds an interrupted conversion; pass --resume"):
+    with pytest.raises(ConversionError, match=r"holds an interrupted conversion; pass resume=True \(--resume\)"):
         convert_checkpoint(src, dst, contract=NVFP4_EXPERTS)
     report = convert_checkpoint(src, dst, contract=NVFP4_EXPERTS, resume=True)
     assert report.resumed_files  # finished shards were kept
@@ -196,6 +210,13 @@ def test_refusals_are_listed_before_anything_is_written(tiny_checkpoint, tmp_pat
     with pytest.raises(ConversionError, match=r"dialect 'sglang-mxfp8' cannot store nvfp4 tensors") as info:
         convert_checkpoint(src, tmp_path / "o", contract=NVFP4_EXPERTS, dialect="sglang-mxfp8")
     assert "conversion refused before writing anything" in str(info.value)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
+
+
+@pytest.mark.parametrize("dialect", ["modelopt", "compressed-tensors", "sglang-mxfp8"])
+def test_a_contract_that_quantizes_nothing_is_refused_before_writing(tiny_checkpoint, tmp_path, dialect):
+    with pytest.raises(ConversionError, match=r"keeps every tensor of this llama model in high precision"):
+        convert_checkpoint(tiny_checkpoint("llama"), tmp_path / "o", contract=NVFP4_EXPERTS, dialect=dialect)
     assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
 
 

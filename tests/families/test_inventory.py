@@ -13,10 +13,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from fp4convert.checkpoint import inventory_from_checkpoint
 from fp4convert.errors import CheckpointError, MappingError
 from fp4convert.families import (
     describe_name,
-    inventory_from_checkpoint,
     inventory_from_config,
     load_config,
     shipped_config_names,

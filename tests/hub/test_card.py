@@ -13,10 +13,10 @@ import yaml
 from _helpers import MXFP8_ALL, NVFP4_EXPERTS
 
 from fp4convert import __version__
+from fp4convert.checkpoint.manifest import read_manifest
 from fp4convert.checkpoint.safetensors_io import read_header
 from fp4convert.contract import Contract
 from fp4convert.contract.emit import emit
-from fp4convert.convert.manifest import read_manifest
 from fp4convert.errors import HubError
 from fp4convert.plan import human_bytes
 from fp4convert.publish import base_model_of, render_card

@@ -11,9 +11,9 @@ import pytest
 from _helpers import NVFP4_EXPERTS
 from click.testing import CliRunner
 
+from fp4convert.checkpoint.manifest import read_manifest
 from fp4convert.cli import cli
 from fp4convert.convert.execute import convert_checkpoint
-from fp4convert.convert.manifest import read_manifest
 from fp4convert.errors import HubError
 from fp4convert.hub import SOURCE_ALLOW_PATTERNS, resolve_model_config, resolve_source
 

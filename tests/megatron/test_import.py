@@ -73,7 +73,7 @@ def test_existing_destination_is_refused_unless_overwrite(tiny_checkpoint, tmp_p
     out = tmp_path / "megatron"
     out.mkdir()
     (out / "keep").write_text("x")
-    with pytest.raises(ConversionError, match=r"megatron already exists; pass --overwrite to replace it"):
+    with pytest.raises(ConversionError, match=r"megatron already exists; pass overwrite=True \(--overwrite\)"):
         import_hf(tiny_checkpoint("qwen3_moe"), out)
     assert (out / "keep").read_text() == "x"
     import_hf(tiny_checkpoint("qwen3_moe"), out, overwrite=True, contract=NVFP4_EXPERTS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from _helpers import NVFP4_EXPERTS
 
+from fp4convert.checkpoint import inventory_from_checkpoint
 from fp4convert.contract import load_contract
 from fp4convert.errors import MappingError
-from fp4convert.families import inventory_from_checkpoint
 from fp4convert.megatron import export_plan
 
 

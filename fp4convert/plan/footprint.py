@@ -1,7 +1,8 @@
-"""The conversion plan: what a precision contract does to every tensor of one model, and its bytes.
+"""The footprint report (``fp4convert plan``): what a contract does to every tensor of a model, and its bytes.
 
 :func:`build_plan` decides every tensor of a :class:`~fp4convert.inventory.ModelInventory` under a
-:class:`~fp4convert.contract.Contract` and prices it: bytes before are the checkpoint's own
+:class:`~fp4convert.contract.Contract` through the tensor-plan core
+(:func:`fp4convert.plan.plan_tensors`) and totals it: bytes before are the checkpoint's own
 (``numel x`` dtype size), bytes after come from :func:`fp4convert.contract.footprint.storage_bytes`
 (NVFP4 = numel/2 data + numel/16 E4M3 block scales + 4 bytes per FP32 outer scale; MXFP8 = numel +
 numel/32 E8M0 scales; BF16 = 2 x numel for GEMM weights, other tensors keep their dtype).
@@ -10,7 +11,7 @@ Totals per role, rule and format cover the *decoder model*: multi-token-predicti
 counted on their own (``Plan.total(mtp=True)``), because published model sizes leave them out
 (DeepSeek-V3: 671B without its 14B MTP layer). Totals per layer cover every layer.
 
-Example:
+Example (not run: deciding DeepSeek-V3's 46k tensors takes seconds):
     >>> from fp4convert.contract import load_contract
     >>> from fp4convert.families import inventory_from_config
     >>> plan = build_plan(load_contract("contracts/nvfp4-experts-per-token.yaml"),
@@ -25,14 +26,11 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from fp4convert.contract import Contract, Decision
-from fp4convert.contract.footprint import storage_bytes
-from fp4convert.errors import MappingError
+from fp4convert.contract import Contract
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
+from fp4convert.plan.tensors import PlannedTensor, plan_tensors
 
-__all__ = ["Plan", "PlanRow", "PlannedTensor", "Totals", "build_plan", "human_bytes", "source_bytes"]
+__all__ = ["EXPERT_ROLES", "Plan", "PlanRow", "Totals", "build_plan", "human_bytes"]
 
 #: Roles whose parameters make up a model's "experts" (routed + shared), as published figures count them.
 EXPERT_ROLES = (Role.ROUTED_EXPERT, Role.SHARED_EXPERT)
@@ -52,62 +50,6 @@ def human_bytes(count: int) -> str:
     return f"{count} B"
 
 
-def source_bytes(tensor: TensorInfo) -> int:
-    """Bytes a tensor takes in its source checkpoint: ``numel x`` the size of its dtype.
-
-    Raises:
-        MappingError: the dtype is not a torch dtype name.
-
-    Example:
-        >>> source_bytes(TensorInfo("w", (4096, 1024), dtype="bfloat16"))
-        8388608
-    """
-    dtype = getattr(torch, tensor.dtype, None)
-    if not isinstance(dtype, torch.dtype):
-        raise MappingError(
-            f"tensor `{tensor.name}` has dtype {tensor.dtype!r}, which is not a torch dtype",
-            hint="use torch dtype names such as bfloat16, float32, float8_e4m3fn",
-            tensor=tensor.name,
-        )
-    return tensor.numel * dtype.itemsize
-
-
-@dataclass(frozen=True)
-class PlannedTensor:
-    """One tensor, the decision the contract made for it, and its bytes before and after."""
-
-    tensor: TensorInfo
-    decision: Decision
-    bytes_before: int
-    bytes_after: int
-
-    @property
-    def format(self) -> str:
-        return str(self.decision.format)
-
-    @property
-    def rule(self) -> str:
-        return self.decision.rule
-
-    def to_dict(self) -> dict[str, Any]:
-        t = self.tensor
-        return {
-            "name": t.name,
-            "megatron_name": t.megatron_name,
-            "shape": list(t.shape),
-            "dtype": t.dtype,
-            "role": t.role.value,
-            "layer": t.layer,
-            "is_mtp": t.is_mtp,
-            "expert": t.expert,
-            "format": self.format,
-            "rule": self.rule,
-            "reason": self.decision.reason,
-            "bytes_before": self.bytes_before,
-            "bytes_after": self.bytes_after,
-        }
-
-
 @dataclass(frozen=True)
 class Totals:
     """Sums over a set of planned tensors."""
@@ -123,7 +65,7 @@ class Totals:
         tensors = params = before = after = 0
         for item in planned:
             tensors += 1
-            params += item.tensor.numel
+            params += item.info.numel
             before += item.bytes_before
             after += item.bytes_after
         return cls(tensors, params, before, after)
@@ -157,20 +99,20 @@ class Plan:
 
     def decoder(self) -> list[PlannedTensor]:
         """The tensors of the decoder model (everything outside MTP layers)."""
-        return [p for p in self.tensors if not p.tensor.is_mtp]
+        return [p for p in self.tensors if not p.info.is_mtp]
 
     def total(self, *, mtp: bool | None = False) -> Totals:
         """Totals of the decoder model (``mtp=False``), of the MTP layers (True), or of all (None)."""
-        return Totals.of(p for p in self.tensors if mtp is None or p.tensor.is_mtp == mtp)
+        return Totals.of(p for p in self.tensors if mtp is None or p.info.is_mtp == mtp)
 
     def experts(self) -> Totals:
         """Routed plus shared experts of the decoder model."""
-        return Totals.of(p for p in self.decoder() if p.tensor.role in EXPERT_ROLES)
+        return Totals.of(p for p in self.decoder() if p.info.role in EXPERT_ROLES)
 
     def by_role(self) -> dict[str, Totals]:
         """Decoder-model totals per role, in :class:`~fp4convert.inventory.Role` order."""
         order = {role.value: index for index, role in enumerate(Role)}
-        grouped = _group(self.decoder(), lambda p: p.tensor.role.value)
+        grouped = _group(self.decoder(), lambda p: p.info.role.value)
         return dict(sorted(grouped.items(), key=lambda item: order[item[0]]))
 
     def by_rule(self) -> dict[str, Totals]:
@@ -184,7 +126,7 @@ class Plan:
 
     def by_layer(self) -> dict[int | None, Totals]:
         """Totals per layer (HF numbering, MTP layers included); None holds the tensors outside layers."""
-        grouped = _group(self.tensors, lambda p: p.tensor.layer)
+        grouped = _group(self.tensors, lambda p: p.info.layer)
         return dict(sorted(grouped.items(), key=lambda item: -1 if item[0] is None else item[0]))
 
     def rows(self) -> list[PlanRow]:
@@ -192,14 +134,14 @@ class Plan:
         format, rule), counting how many tensors it stands for. Order is inventory order."""
         rows: dict[tuple[str, str, str], PlanRow] = {}
         for p in self.tensors:
-            key = (_expert_wildcard(p.tensor), p.format, p.rule)
+            key = (_expert_wildcard(p.info), p.format, p.rule)
             if key in rows:
                 rows[key] = rows[key].plus(p)
             else:
                 rows[key] = PlanRow(
                     key[0],
-                    p.tensor.shape,
-                    p.tensor.role.value,
+                    p.info.shape,
+                    p.info.role.value,
                     p.format,
                     p.rule,
                     1,
@@ -212,8 +154,8 @@ class Plan:
         """(layer, role) -> the formats its GEMM weights get (empty: only non-GEMM tensors there)."""
         cells: dict[tuple[int | None, str], set[str]] = {}
         for p in self.tensors:
-            cell = cells.setdefault((p.tensor.layer, p.tensor.role.value), set())
-            if p.tensor.gemm_weight:
+            cell = cells.setdefault((p.info.layer, p.info.role.value), set())
+            if p.info.gemm_weight:
                 cell.add(p.format)
         return cells
 
@@ -319,20 +261,10 @@ def build_plan(contract: Contract, inventory: ModelInventory) -> Plan:
         >>> planned.format, planned.bytes_before, planned.bytes_after  # 8192/2 + 8192/16 + 4
         ('nvfp4', 16384, 4612)
     """
-    decisions = contract.decide_all(inventory)
-    planned = tuple(
-        PlannedTensor(
-            tensor=tensor,
-            decision=decisions[tensor.name],
-            bytes_before=source_bytes(tensor),
-            bytes_after=storage_bytes(tensor, decisions[tensor.name]),
-        )
-        for tensor in inventory
-    )
     return Plan(
         contract=contract.name,
         family=inventory.family,
         num_layers=inventory.num_layers,
         num_mtp_layers=inventory.num_mtp_layers,
-        tensors=planned,
+        tensors=tuple(plan_tensors(contract, inventory)),
     )

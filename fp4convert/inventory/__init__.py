@@ -1,9 +1,10 @@
 """What a model is made of: one :class:`TensorInfo` per tensor, and the :class:`ModelInventory`.
 
 This is the meeting point of the three layers above the numeric core: model families
-(:mod:`fp4convert.families`) produce inventories from a config.json or a checkpoint, precision
-contracts (:mod:`fp4convert.contract`) decide a format for each :class:`TensorInfo`, and the
-converter (:mod:`fp4convert.convert`) acts on those decisions. Plain frozen dataclasses, no I/O.
+(:mod:`fp4convert.families`) produce inventories from a config.json or a checkpoint's tensors,
+precision contracts (:mod:`fp4convert.contract`) decide a format for each :class:`TensorInfo`, and
+the converter (:mod:`fp4convert.convert`) acts on those decisions. Plain frozen dataclasses, no
+I/O. The dtype names a :class:`TensorInfo` carries are those of :mod:`fp4convert.inventory.dtypes`.
 """
 
 from __future__ import annotations
