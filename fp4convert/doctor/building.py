@@ -14,6 +14,7 @@ engines it affects, the tensors grouped; all are repaired from the stored format
 from __future__ import annotations
 
 from collections.abc import Iterable
+from fnmatch import fnmatchcase
 
 from fp4convert.dialects import ConfigView
 from fp4convert.doctor.engines import Inconsistent, built_scheme, excluded
@@ -93,9 +94,11 @@ def _bf16_code(engine: str, view: ConfigView, model: Model, layer: Layer) -> str
         pieces = [excluded(engine, view, Layer(p, (p,), "linear")) for p in layer.pieces]
         if all(pieces):
             return "fused-name-not-excluded"
-    for entry in view.excluded:
-        if "*" not in entry and entry != layer.name and any(layer.name.endswith("." + entry) or p.endswith("." + entry) for p in (layer.name, *layer.pieces)):
-            return "exclude-prefix"
+    # An entry that matches once a prefix is put in front of it (``layers.0.mlp.gate`` for
+    # ``model.layers.0.mlp.gate``): written for another module root.
+    names = (layer.name, *layer.pieces)
+    if any(fnmatchcase(name, "*." + entry) for entry in view.excluded for name in names):
+        return "exclude-prefix"
     return "bf16-not-excluded"
 
 

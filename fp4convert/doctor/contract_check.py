@@ -46,13 +46,15 @@ def check_contract(contract: Contract, model: Model, values: ScaleValues | None)
         for (rule, expected, stored), modules in sorted(broken.items())
     ]
     if values is not None:
-        findings += _activation_mode(contract, model, values)
+        nvfp4 = [m for m in model.gemm_modules() if model.modules[m].format == "nvfp4"
+                 and (d := decisions.get(f"{m}.weight")) is not None and d.format == "nvfp4"]
+        findings += _activation_mode(contract, nvfp4, values)
     return findings
 
 
-def _activation_mode(contract: Contract, model: Model, values: ScaleValues) -> list[Finding]:
+def _activation_mode(contract: Contract, nvfp4: list[str], values: ScaleValues) -> list[Finding]:
+    """The NVFP4 modules both stored and decided NVFP4 against the contract's activation mode."""
     per_token = contract.formats.nvfp4.per_token_activations
-    nvfp4 = [m for m in model.gemm_modules() if model.modules[m].format == "nvfp4"]
     stored = {m: values.stored(m, "input") for m in nvfp4}
     dialect = values.prefer
     if per_token:

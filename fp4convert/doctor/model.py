@@ -127,7 +127,8 @@ class Model:
 def _logical(module: Module, dtype: str) -> list[tuple[str, tuple[int, ...], str]]:
     """The logical tensors of one stored module."""
     out = []
-    fmt = module.format
+    partial = module.partial()
+    fmt = partial[1] if partial is not None else module.format
     for leaf, entry in module.leaves.items():
         if leaf in SCALE_LEAVES and fmt != "bf16":
             continue

@@ -33,7 +33,16 @@ from fp4convert.hub import resolve_source
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.plan import member_amax
 
-__all__ = ["Arithmetic", "SourceWeights", "check_provenance", "encode_module", "source_weights"]
+__all__ = [
+    "Arithmetic",
+    "SourceWeights",
+    "check_provenance",
+    "encode_module",
+    "expected_arithmetic",
+    "group_amaxes",
+    "provenance",
+    "source_weights",
+]
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,8 @@ def _global_matches(dialect: Dialect, stored: torch.Tensor, amax: torch.Tensor, 
 def candidates(rows: int, shared: bool) -> list[Arithmetic]:
     """Every arithmetic a module of ``rows`` rows may have been quantized with."""
     tiles = ["1x16", "16x16"] if rows % 16 == 0 else ["1x16"]
-    return [Arithmetic(p, t, s) for p in profiles.PROFILES for t in tiles for s in ((False, True) if shared else (False,))]
+    # shared first: the member holding its group's amax is reproduced both ways, and shared says why
+    return [Arithmetic(p, t, s) for p in profiles.PROFILES for t in tiles for s in ((True, False) if shared else (False,))]
 
 
 def reproducing(values: ScaleValues, weights: SourceWeights, model: Model, module: str,
@@ -161,25 +171,26 @@ def expected_arithmetic(contract: Contract, model: Model, module: str) -> Arithm
     return Arithmetic(contract.nvfp4_profile, contract.formats.nvfp4.tile, shared)
 
 
+def provenance(values: ScaleValues, model: Model, weights: SourceWeights, device: str) -> dict[str, list[Arithmetic] | None]:
+    """Quantized module -> the arithmetics reproducing it (None: the source lacks its weight)."""
+    shared = group_amaxes(model, weights, device)
+    quantized = [m for m in model.gemm_modules() if model.modules[m].format in ("nvfp4", "mxfp8")]
+    return {m: reproducing(values, weights, model, m, shared, device) for m in quantized}
+
+
 def check_provenance(values: ScaleValues, model: Model, source: str | Path, contract: Contract | None,
                      device: str) -> list[Finding]:
     """The provenance findings of the module docstring."""
-    quantized = [m for m in model.gemm_modules() if model.modules[m].format in ("nvfp4", "mxfp8")]
-    unknown: list[str] = []
-    absent: list[str] = []
-    off_contract: dict[tuple[str, str], list[str]] = {}
     with source_weights(source) as weights:
-        shared = group_amaxes(model, weights, device)
-        for module in quantized:
-            matched = reproducing(values, weights, model, module, shared, device)
-            if matched is None:
-                absent.append(module)
-            elif not matched:
-                unknown.append(module)
-            elif contract is not None and model.modules[module].format == "nvfp4":
-                expected = expected_arithmetic(contract, model, module)
-                if expected not in matched:
-                    off_contract.setdefault((expected.describe(), matched[0].describe()), []).append(module)
+        found = provenance(values, model, weights, device)
+    unknown = [m for m, matched in found.items() if matched == []]
+    absent = [m for m, matched in found.items() if matched is None]
+    off_contract: dict[tuple[str, str], list[str]] = {}
+    for module, matched in found.items():
+        if matched and contract is not None and model.modules[module].format == "nvfp4":
+            expected = expected_arithmetic(contract, model, module)
+            if expected not in matched:
+                off_contract.setdefault((expected.describe(), matched[0].describe()), []).append(module)
     findings = []
     if unknown:
         findings.append(Finding("provenance", "provenance-unknown", "error",

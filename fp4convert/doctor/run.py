@@ -28,7 +28,7 @@ from fp4convert.doctor.structure import check_structure, module_dialect
 from fp4convert.errors import ConversionError
 from fp4convert.hub import resolve_source
 
-__all__ = ["config_view", "doctor_checkpoint"]
+__all__ = ["config_view", "diagnose_scan", "doctor_checkpoint"]
 
 
 def config_view(scan: Scan) -> ConfigView | None:
@@ -136,12 +136,12 @@ def doctor_checkpoint(
     judged = load_contract(contract) if contract is not None and not isinstance(contract, Contract) else contract
     scan = scan_checkpoint(resolve_source(path, revision=revision))
     try:
-        return _diagnose(scan, judged, source, engine, headers_only, device)
+        return diagnose_scan(scan, judged, source, engine, headers_only, device)
     finally:
         scan.close()
 
 
-def _diagnose(
+def diagnose_scan(
     scan: Scan, contract: Contract | None, source: str | Path | None, engine: str | None, headers_only: bool,
     device: str,
 ) -> DoctorReport:

@@ -23,7 +23,7 @@ import torch
 from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.checkpoint.source import INDEX_NAME, checked_file, shard_name_problem
-from fp4convert.dialects import DIALECTS, spellings_of, stored_format
+from fp4convert.dialects import DIALECTS, Dialect, spellings_of, stored_format
 from fp4convert.doctor.report import Finding
 from fp4convert.errors import CheckpointError
 
@@ -69,8 +69,18 @@ class Module:
             return "bf16"
         return "other" if weight is not None else "absent"
 
-    def entry(self, leaf: str) -> TensorEntry | None:
-        return self.leaves.get(leaf)
+    def partial(self, prefer: str | None = None) -> tuple[Dialect, str] | None:
+        """The dialect and format whose data and block-scale tensors this module holds (the data
+        with its dtype; the rest may be missing or mistyped), preferring dialect ``prefer``."""
+        names = ([prefer] if prefer in DIALECTS else []) + [n for n in DIALECTS if n != prefer]
+        dtypes = self.dtypes
+        for name in names:
+            cls = DIALECTS[name]
+            for fmt in sorted(cls.formats, reverse=True):  # nvfp4 first: its data dtype is the stricter
+                suffixes = cls.suffixes[fmt]
+                if dtypes.get(suffixes["data"]) == cls.output_dtypes[fmt]["data"] and suffixes["scale"] in dtypes:
+                    return cls(), fmt
+        return None
 
 
 @dataclass

@@ -16,7 +16,7 @@ import torch
 
 from fp4convert.doctor.model import Model
 from fp4convert.doctor.report import Finding
-from fp4convert.doctor.scales import ScaleValues
+from fp4convert.doctor.scales import ScaleValues, scalar_problem
 
 __all__ = ["check_siblings"]
 
@@ -54,7 +54,8 @@ def check_siblings(values: ScaleValues, model: Model) -> list[Finding]:
             decoded = [values.decode(m) or 0.0 for m in nvfp4]
             mismatched.append((_ratio(decoded), group, [n for n in names if n is not None]))
         input_values = [values.stored(m, "input") for m in nvfp4]
-        if all(v is not None for v in input_values) and len(set(input_values)) > 1:
+        usable = all(v is not None and scalar_problem(v) is None for v in input_values)
+        if usable and len(set(input_values)) > 1:  # an unusable one is a scale finding already
             inputs_differ += [n for m in nvfp4 if (n := values.leaf_name(m, "input")) is not None]
     findings = []
     if mismatched:

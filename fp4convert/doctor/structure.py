@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from fp4convert.dialects import DIALECTS, ConfigView, Dialect
+from fp4convert.dialects import ConfigView, Dialect
 from fp4convert.doctor.model import Model
 from fp4convert.doctor.report import Finding
 from fp4convert.doctor.scan import SCALE_LEAVES, Module
@@ -32,16 +32,8 @@ def _round_up(n: int, m: int) -> int:
 
 
 def partial_spelling(module: Module, prefer: str | None) -> tuple[Dialect, str] | None:
-    """The dialect and format whose data tensor ``module`` holds (with its dtype), preferring
-    ``prefer``; None when it holds none."""
-    names = ([prefer] if prefer in DIALECTS else []) + [n for n in DIALECTS if n != prefer]
-    for name in names:
-        cls = DIALECTS[name]
-        for fmt in sorted(cls.formats, reverse=True):
-            data = cls.suffixes[fmt]["data"]
-            if module.dtypes.get(data) == cls.output_dtypes[fmt]["data"] and cls.suffixes[fmt]["scale"] in module.leaves:
-                return cls(), fmt
-    return None
+    """:meth:`Module.partial`: the dialect and format whose data tensor ``module`` holds."""
+    return module.partial(prefer)
 
 
 def module_dialect(module: Module, prefer: str | None) -> str | None:
