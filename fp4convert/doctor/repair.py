@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,8 +146,10 @@ def _rederive(values: ScaleValues, model: Model, modules: set[str], source: str 
             if spelled is None or info is None or f"{module}.weight" not in weights:
                 continue
             dialect, fmt = spelled
-            arithmetic = expected_arithmetic(contract, model, module) if contract is not None else detected
             group = info.fused_group
+            # without a contract: the arithmetic the healthy modules show, a fused group always sharing its amax
+            arithmetic = (expected_arithmetic(contract, model, module) if contract is not None
+                          else replace(detected, shared=group in shared))
             amax = shared.get(group) if group and arithmetic.shared else None
             made = encode_module(dialect, fmt, module, weights.read(f"{module}.weight").to(device), arithmetic, amax)
             for name, tensor in made.items():
