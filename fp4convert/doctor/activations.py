@@ -60,7 +60,8 @@ def check_activations(view: ConfigView, model: Model, values: ScaleValues | None
                 f"no activation scale is stored, yet the config labels these NVFP4 modules {label}",
                 tuple(modules),
                 {
-                    "vllm": "folds the uninitialised activation scale into alpha: every expert outputs zeros (vLLM #54189)",
+                    "vllm": "folds the uninitialised activation scale into alpha: every expert outputs zeros "
+                    "(vLLM #54189)",
                     "sglang": "runs W4A4 with uninitialised activation scales (inf/NaN or zeros)",
                 },
                 fix=f"{placeholder_fix}, or re-export with calibrated activation scales",

@@ -126,25 +126,33 @@ def _judge(engine: str, view: ConfigView, model: Model, layer: Layer) -> str | N
 def check_building(view: ConfigView, model: Model, engines: Iterable[str]) -> list[Finding]:
     """Findings for every layer some engine builds in another format than stored (module docstring)."""
     bad: dict[tuple[str, str], list[str]] = {}  # (code, layer) -> engines
-    engines = tuple(engines)
+    judged = tuple(engines)
     layers = model.layers()
-    for engine in engines:
+    for engine in judged:
         for layer in layers:
             code = _judge(engine, view, model, layer)
             if code is not None:
                 bad.setdefault((code, layer.name), []).append(engine)
     grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for (code, name), affected in bad.items():
-        grouped.setdefault((code, tuple(affected)), []).append(name)
+    for (code, name), engines_hit in bad.items():
+        grouped.setdefault((code, tuple(engines_hit)), []).append(name)
     findings = []
     for (code, affected), names in grouped.items():
         message, effect, fix = _CODES[code]
         repair = None if code == "fused-inconsistent" else "config"
         findings.append(
-            Finding("exclude", code, "error", f"{message} ({view.exclude_key})", tuple(sorted(names)),
-                    {e: effect for e in affected}, fix, repair)
+            Finding(
+                "exclude",
+                code,
+                "error",
+                f"{message} ({view.exclude_key})",
+                tuple(sorted(names)),
+                {e: effect for e in affected},
+                fix,
+                repair,
+            )
         )
-    findings += _dead_entries(view, layers, engines)
+    findings += _dead_entries(view, layers, judged)
     return findings
 
 

@@ -24,9 +24,15 @@ def check_contract(contract: Contract, model: Model, values: ScaleValues | None)
     try:
         decisions = contract.decide_all(model.inventory())
     except ContractError as exc:
-        return [Finding("contract", "contract-not-applicable", "error",
-                        f"contract {contract.name!r} cannot be applied to this model: {exc.message}",
-                        fix=exc.hint or "fix the contract")]
+        return [
+            Finding(
+                "contract",
+                "contract-not-applicable",
+                "error",
+                f"contract {contract.name!r} cannot be applied to this model: {exc.message}",
+                fix=exc.hint or "fix the contract",
+            )
+        ]
     broken: dict[tuple[str, str, str], list[str]] = {}
     for module in model.gemm_modules():
         stored = model.modules[module].format
@@ -46,8 +52,13 @@ def check_contract(contract: Contract, model: Model, values: ScaleValues | None)
         for (rule, expected, stored), modules in sorted(broken.items())
     ]
     if values is not None:
-        nvfp4 = [m for m in model.gemm_modules() if model.modules[m].format == "nvfp4"
-                 and (d := decisions.get(f"{m}.weight")) is not None and d.format == "nvfp4"]
+        nvfp4 = [
+            m
+            for m in model.gemm_modules()
+            if model.modules[m].format == "nvfp4"
+            and (d := decisions.get(f"{m}.weight")) is not None
+            and d.format == "nvfp4"
+        ]
         findings += _activation_mode(contract, nvfp4, values)
     return findings
 
@@ -66,6 +77,13 @@ def _activation_mode(contract: Contract, nvfp4: list[str], values: ScaleValues) 
         what = "a calibrated contract stores a calibrated activation scale for every NVFP4 module"
     if not wrong:
         return []
-    return [Finding("contract", "contract-activations", "error",
-                    f"activation scales do not follow contract {contract.name!r}: {what}", tuple(sorted(wrong)),
-                    fix="re-convert under the contract (with --calibration for a calibrated one)")]
+    return [
+        Finding(
+            "contract",
+            "contract-activations",
+            "error",
+            f"activation scales do not follow contract {contract.name!r}: {what}",
+            tuple(sorted(wrong)),
+            fix="re-convert under the contract (with --calibration for a calibrated one)",
+        )
+    ]

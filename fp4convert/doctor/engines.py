@@ -45,7 +45,7 @@ class Loader:
     refusal: str | None = None
 
     def describe(self) -> str:
-        return self.method if self.refusal is None else f"refused: {self.refusal}"
+        return f"refused: {self.refusal}" if self.refusal is not None else str(self.method)
 
 
 class Inconsistent(Exception):
@@ -108,7 +108,9 @@ def _modelopt_loader(engine: str, view: ConfigView, algo: str) -> Loader:
                     "which cannot load E8M0 block scales: write the sglang-mxfp8 dialect for SGLang",
                 )
             return Loader(engine, "modelopt_fp8")
-        return Loader(engine, None, f"SGLang's ModelOpt loaders take quant_algo NVFP4, FP8 or MIXED_PRECISION, not {algo!r}")
+        return Loader(
+            engine, None, f"SGLang's ModelOpt loaders take quant_algo NVFP4, FP8 or MIXED_PRECISION, not {algo!r}"
+        )
     if engine == "vllm":
         methods = {"FP8": "modelopt", "MXFP8": "modelopt_mxfp8", "MIXED_PRECISION": "modelopt_mixed"}
         if "FP4" in algo:

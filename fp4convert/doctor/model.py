@@ -101,7 +101,7 @@ class Model:
         out: list[Layer] = []
         experts: dict[str, list[str]] = {}
         grouped: set[str] = set()
-        for group, members in self.fused_groups().items():
+        for members in self.fused_groups().values():
             info = self.weight(members[0])
             assert info is not None
             if info.role is Role.ROUTED_EXPERT or info.fused_kind is None:

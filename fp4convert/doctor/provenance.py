@@ -105,7 +105,9 @@ def encode_module(
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.numel() == b.numel() and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8))
+    return a.numel() == b.numel() and torch.equal(
+        a.reshape(-1).view(torch.uint8), b.reshape(-1).contiguous().view(torch.uint8)
+    )
 
 
 def _global_matches(dialect: Dialect, stored: torch.Tensor, amax: torch.Tensor, profile: str) -> bool:
@@ -118,11 +120,19 @@ def candidates(rows: int, shared: bool) -> list[Arithmetic]:
     """Every arithmetic a module of ``rows`` rows may have been quantized with."""
     tiles = ["1x16", "16x16"] if rows % 16 == 0 else ["1x16"]
     # shared first: the member holding its group's amax is reproduced both ways, and shared says why
-    return [Arithmetic(p, t, s) for p in profiles.PROFILES for t in tiles for s in ((True, False) if shared else (False,))]
+    return [
+        Arithmetic(p, t, s) for p in profiles.PROFILES for t in tiles for s in ((True, False) if shared else (False,))
+    ]
 
 
-def reproducing(values: ScaleValues, weights: SourceWeights, model: Model, module: str,
-                group_amax: dict[str, torch.Tensor], device: str) -> list[Arithmetic] | None:
+def reproducing(
+    values: ScaleValues,
+    weights: SourceWeights,
+    model: Model,
+    module: str,
+    group_amax: dict[str, torch.Tensor],
+    device: str,
+) -> list[Arithmetic] | None:
     """The arithmetics that reproduce ``module``'s stored bytes from the source (None: no source weight)."""
     found = values.spelling(module)
     name = f"{module}.weight"
@@ -130,8 +140,12 @@ def reproducing(values: ScaleValues, weights: SourceWeights, model: Model, modul
         return None
     dialect, fmt = found
     x = weights.read(name).to(device)
-    stored = {n: values.scan.read(n) for n in (f"{module}.{dialect.suffixes[fmt][r]}" for r in ("data", "scale", "global")
-                                               if r in dialect.suffixes[fmt])}
+    stored = {
+        n: values.scan.read(n)
+        for n in (
+            f"{module}.{dialect.suffixes[fmt][r]}" for r in ("data", "scale", "global") if r in dialect.suffixes[fmt]
+        )
+    }
     if fmt == "mxfp8":
         made = encode_module(dialect, fmt, module, x, Arithmetic("te"), None)
         return [Arithmetic("te")] if all(_same(stored[n], made[n].cpu()) for n in made) else []
@@ -165,21 +179,26 @@ def expected_arithmetic(contract: Contract, model: Model, module: str) -> Arithm
     """The arithmetic ``contract`` prescribes for an NVFP4 module."""
     info = model.weight(module)
     kind = info.fused_kind.value if info is not None and info.fused_kind is not None else None
-    shared = kind is not None and bool(getattr(contract.fused_groups, kind, False)) and module in {
-        m for members in model.fused_groups().values() for m in members
-    }
+    shared = (
+        kind is not None
+        and bool(getattr(contract.fused_groups, kind, False))
+        and module in {m for members in model.fused_groups().values() for m in members}
+    )
     return Arithmetic(contract.nvfp4_profile, contract.formats.nvfp4.tile, shared)
 
 
-def provenance(values: ScaleValues, model: Model, weights: SourceWeights, device: str) -> dict[str, list[Arithmetic] | None]:
+def provenance(
+    values: ScaleValues, model: Model, weights: SourceWeights, device: str
+) -> dict[str, list[Arithmetic] | None]:
     """Quantized module -> the arithmetics reproducing it (None: the source lacks its weight)."""
     shared = group_amaxes(model, weights, device)
     quantized = [m for m in model.gemm_modules() if model.modules[m].format in ("nvfp4", "mxfp8")]
     return {m: reproducing(values, weights, model, m, shared, device) for m in quantized}
 
 
-def check_provenance(values: ScaleValues, model: Model, source: str | Path, contract: Contract | None,
-                     device: str) -> list[Finding]:
+def check_provenance(
+    values: ScaleValues, model: Model, source: str | Path, contract: Contract | None, device: str
+) -> list[Finding]:
     """The provenance findings of the module docstring."""
     with source_weights(source) as weights:
         found = provenance(values, model, weights, device)
@@ -188,22 +207,44 @@ def check_provenance(values: ScaleValues, model: Model, source: str | Path, cont
     off_contract: dict[tuple[str, str], list[str]] = {}
     for module, matched in found.items():
         if matched and contract is not None and model.modules[module].format == "nvfp4":
-            expected = expected_arithmetic(contract, model, module)
-            if expected not in matched:
-                off_contract.setdefault((expected.describe(), matched[0].describe()), []).append(module)
+            prescribed = expected_arithmetic(contract, model, module)
+            if prescribed not in matched:
+                off_contract.setdefault((prescribed.describe(), matched[0].describe()), []).append(module)
     findings = []
     if unknown:
-        findings.append(Finding("provenance", "provenance-unknown", "error",
-                                "no known arithmetic reproduces these modules from the source (every profile, own and "
-                                "shared amax, 1x16 and 16x16): another source, stale or damaged bytes",
-                                tuple(unknown), fix="re-derive them from the source (--fix with --source)",
-                                repair="rederive"))
+        findings.append(
+            Finding(
+                "provenance",
+                "provenance-unknown",
+                "error",
+                "no known arithmetic reproduces these modules from the source (every profile, own and "
+                "shared amax, 1x16 and 16x16): another source, stale or damaged bytes",
+                tuple(unknown),
+                fix="re-derive them from the source (--fix with --source)",
+                repair="rederive",
+            )
+        )
     for (expected, actual), modules in sorted(off_contract.items()):
-        findings.append(Finding("provenance", "provenance-contract", "error",
-                                f"bytes come from {actual}; the contract prescribes {expected}", tuple(modules),
-                                fix="re-derive them under the contract (--fix with --source)", repair="rederive"))
+        findings.append(
+            Finding(
+                "provenance",
+                "provenance-contract",
+                "error",
+                f"bytes come from {actual}; the contract prescribes {expected}",
+                tuple(modules),
+                fix="re-derive them under the contract (--fix with --source)",
+                repair="rederive",
+            )
+        )
     if absent:
-        findings.append(Finding("provenance", "source-missing", "warning",
-                                "quantized modules whose weight the source does not have", tuple(absent),
-                                fix="pass the checkpoint's own BF16 source"))
+        findings.append(
+            Finding(
+                "provenance",
+                "source-missing",
+                "warning",
+                "quantized modules whose weight the source does not have",
+                tuple(absent),
+                fix="pass the checkpoint's own BF16 source",
+            )
+        )
     return findings

@@ -33,7 +33,14 @@ from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_a
 from fp4convert.contract import Contract, Decision, contract_hash, load_contract, parse_contract
 from fp4convert.dialects import Dialect, Planned, get_dialect
 from fp4convert.doctor.model import Model, describe_model
-from fp4convert.doctor.provenance import Arithmetic, encode_module, expected_arithmetic, group_amaxes, provenance, source_weights
+from fp4convert.doctor.provenance import (
+    Arithmetic,
+    encode_module,
+    expected_arithmetic,
+    group_amaxes,
+    provenance,
+    source_weights,
+)
 from fp4convert.doctor.report import DoctorReport
 from fp4convert.doctor.run import config_view, diagnose_scan, doctor_checkpoint
 from fp4convert.doctor.scales import ScaleValues
@@ -127,8 +134,9 @@ def _config_files(scan: Scan, dialect: Dialect, contract: Contract, items: list[
     return files
 
 
-def _rederive(values: ScaleValues, model: Model, modules: set[str], source: str | Path, contract: Contract | None,
-              device: str) -> dict[str, torch.Tensor]:
+def _rederive(
+    values: ScaleValues, model: Model, modules: set[str], source: str | Path, contract: Contract | None, device: str
+) -> dict[str, torch.Tensor]:
     """New bytes for ``modules`` (and every member of their fused groups), each in its stored dtype and shape."""
     groups = model.fused_groups()
     for members in groups.values():
@@ -148,8 +156,11 @@ def _rederive(values: ScaleValues, model: Model, modules: set[str], source: str 
             dialect, fmt = spelled
             group = info.fused_group
             # without a contract: the arithmetic the healthy modules show, a fused group always sharing its amax
-            arithmetic = (expected_arithmetic(contract, model, module) if contract is not None
-                          else replace(detected, shared=group in shared))
+            arithmetic = (
+                expected_arithmetic(contract, model, module)
+                if contract is not None
+                else replace(detected, shared=group in shared)
+            )
             amax = shared.get(group) if group and arithmetic.shared else None
             made = encode_module(dialect, fmt, module, weights.read(f"{module}.weight").to(device), arithmetic, amax)
             for name, tensor in made.items():
@@ -170,8 +181,14 @@ def _placeholders(model: Model, values: ScaleValues, dialect: Dialect) -> dict[s
     return out
 
 
-def _write(scan: Scan, staging: Path, files: dict[str, Any], replaced: dict[str, torch.Tensor],
-           extra: dict[str, torch.Tensor], manifest: dict[str, Any] | None) -> None:
+def _write(
+    scan: Scan,
+    staging: Path,
+    files: dict[str, Any],
+    replaced: dict[str, torch.Tensor],
+    extra: dict[str, torch.Tensor],
+    manifest: dict[str, Any] | None,
+) -> None:
     shards = sorted({shard for shard, _ in scan.tensors.values()})
     for shard in shards:
         entries = sorted((e for s, e in scan.tensors.values() if s == shard), key=lambda e: e.start)
@@ -179,16 +196,18 @@ def _write(scan: Scan, staging: Path, files: dict[str, Any], replaced: dict[str,
             shutil.copy2(scan.root / shard, staging / shard)
             continue
         with SafetensorsFile(scan.root / shard) as original:
-            writer = StreamingWriter(staging / (shard + ".tmp"), [(e.name, e.dtype, e.shape) for e in entries],
-                                     original.metadata or None)
+            writer = StreamingWriter(
+                staging / (shard + ".tmp"), [(e.name, e.dtype, e.shape) for e in entries], original.metadata or None
+            )
             for entry in entries:
                 writer.write(entry.name, replaced[entry.name] if entry.name in replaced else original.read(entry.name))
             writer.close()
         (staging / (shard + ".tmp")).rename(staging / shard)
     weight_map = {name: shard for name, (shard, _) in scan.tensors.items()}
     if extra:
-        writer = StreamingWriter(staging / _PLACEHOLDER_SHARD, [(n, "F32", tuple(t.shape)) for n, t in extra.items()],
-                                 {"format": "pt"})
+        writer = StreamingWriter(
+            staging / _PLACEHOLDER_SHARD, [(n, "F32", tuple(t.shape)) for n, t in extra.items()], {"format": "pt"}
+        )
         for name, tensor in extra.items():
             writer.write(name, tensor)
             weight_map[name] = _PLACEHOLDER_SHARD
@@ -201,8 +220,13 @@ def _write(scan: Scan, staging: Path, files: dict[str, Any], replaced: dict[str,
     for name, content in files.items():
         write_json_atomic(staging / name, content)
     for path in sorted(scan.root.iterdir()):
-        if path.is_file() and not path.name.endswith(".safetensors") and path.name not in files \
-                and path.name != INDEX_NAME and (path.name != MANIFEST or manifest is None):
+        if (
+            path.is_file()
+            and not path.name.endswith(".safetensors")
+            and path.name not in files
+            and path.name != INDEX_NAME
+            and (path.name != MANIFEST or manifest is None)
+        ):
             shutil.copy2(path, staging / path.name)
 
 
@@ -244,14 +268,22 @@ def repair_checkpoint(
             per_token = _per_token(scan, model, values, chosen)
             dialect = get_dialect(target, per_token_activations=per_token)
             files = _config_files(scan, dialect, _writer_contract(chosen, per_token, scan.quantization or {}), items)
-            report.repairs.append(f"quantization_config and side files rewritten in the {target} dialect from the stored formats")
+            report.repairs.append(
+                f"quantization_config and side files rewritten in the {target} dialect from the stored formats"
+            )
             if target == "modelopt" and per_token:
                 extra = _placeholders(model, values, dialect)
                 if extra:
-                    report.repairs.append(f"{len(extra)} input_scale = 1.0 placeholders written to {_PLACEHOLDER_SHARD}")
+                    report.repairs.append(
+                        f"{len(extra)} input_scale = 1.0 placeholders written to {_PLACEHOLDER_SHARD}"
+                    )
         replaced: dict[str, torch.Tensor] = {}
-        to_rederive = {t.rsplit(".", 1)[0] if t.rsplit(".", 1)[0] in model.modules else t
-                       for f in before.findings if f.repair == "rederive" for t in f.tensors}
+        to_rederive = {
+            t.rsplit(".", 1)[0] if t.rsplit(".", 1)[0] in model.modules else t
+            for f in before.findings
+            if f.repair == "rederive"
+            for t in f.tensors
+        }
         to_rederive = {m for m in to_rederive if m in model.modules}
         if to_rederive and source is not None:
             replaced = _rederive(values, model, to_rederive, source, chosen, device)
@@ -273,8 +305,9 @@ def repair_checkpoint(
     return report
 
 
-def _manifest(scan: Scan, replaced: dict[str, torch.Tensor], given: Contract | None,
-              embedded: Contract | None) -> dict[str, Any] | None:
+def _manifest(
+    scan: Scan, replaced: dict[str, torch.Tensor], given: Contract | None, embedded: Contract | None
+) -> dict[str, Any] | None:
     """The manifest to write: the same, with the re-derived tensors' sha256 (they follow its
     contract); None to copy it as it is. A manifest whose contract is not the one re-derived under
     no longer describes the checkpoint and is dropped."""

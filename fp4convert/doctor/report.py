@@ -22,8 +22,9 @@ def group_names(names: Iterable[str]) -> list[dict[str, Any]]:
     """Tensor or module names grouped by their pattern with layer and expert indices as ``*``.
 
     Example:
-        >>> group_names(["model.layers.0.mlp.experts.1.up_proj", "model.layers.2.mlp.experts.0.up_proj", "lm_head"])
-        [{'pattern': 'model.layers.*.mlp.experts.*.up_proj', 'count': 2, 'examples': ['model.layers.0.mlp.experts.1.up_proj', 'model.layers.2.mlp.experts.0.up_proj']}, {'pattern': 'lm_head', 'count': 1, 'examples': ['lm_head']}]
+        >>> names = ["model.layers.0.mlp.experts.1.up_proj", "model.layers.2.mlp.experts.0.up_proj", "lm_head"]
+        >>> [(g["pattern"], g["count"]) for g in group_names(names)]
+        [('model.layers.*.mlp.experts.*.up_proj', 2), ('lm_head', 1)]
     """
     groups: dict[str, list[str]] = {}
     for name in names:

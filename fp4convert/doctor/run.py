@@ -9,8 +9,11 @@ of every byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 from fp4convert.contract import Contract, load_contract
 from fp4convert.dialects import ConfigView, dialect_for_config, get_dialect
@@ -44,11 +47,31 @@ def config_view(scan: Scan) -> ConfigView | None:
 
 def _loader_findings(report: DoctorReport, engine: str | None, refusals: Mapping[str, str]) -> list[Finding]:
     if engine is not None and engine in refusals:
-        return [Finding("routing", "engine-refuses", "error", f"{engine} cannot load this checkpoint", (),
-                        {engine: refusals[engine]}, "write the dialect this engine loads", None)]
+        return [
+            Finding(
+                "routing",
+                "engine-refuses",
+                "error",
+                f"{engine} cannot load this checkpoint",
+                (),
+                {engine: refusals[engine]},
+                "write the dialect this engine loads",
+                None,
+            )
+        ]
     if engine is None and len(refusals) == len(ENGINES):
-        return [Finding("routing", "engine-refuses", "error", "no engine doctor knows loads this checkpoint", (),
-                        dict(refusals), "write the quantization_config of a dialect", None)]
+        return [
+            Finding(
+                "routing",
+                "engine-refuses",
+                "error",
+                "no engine doctor knows loads this checkpoint",
+                (),
+                dict(refusals),
+                "write the quantization_config of a dialect",
+                None,
+            )
+        ]
     return []
 
 
@@ -59,30 +82,68 @@ def _side_file_findings(scan: Scan, view: ConfigView, engines: tuple[str, ...]) 
     if side is None:
         if "trtllm" not in engines:
             return []
-        return [Finding("routing", "side-file-missing", "warning", "no hf_quant_config.json beside config.json", (),
-                        {"trtllm": "older TensorRT-LLM versions read only hf_quant_config.json"},
-                        "write hf_quant_config.json from config.json's quantization_config", "config")]
+        return [
+            Finding(
+                "routing",
+                "side-file-missing",
+                "warning",
+                "no hf_quant_config.json beside config.json",
+                (),
+                {"trtllm": "older TensorRT-LLM versions read only hf_quant_config.json"},
+                "write hf_quant_config.json from config.json's quantization_config",
+                "config",
+            )
+        ]
     nested = get_dialect("modelopt").read_config(side)
     differs = [
         what
-        for what, a, b in (("quant_algo", nested.algo, view.algo), ("exclude list", set(nested.excluded), set(view.excluded)),
-                           ("quantized_layers", dict(nested.listed), dict(view.listed)))
+        for what, a, b in (
+            ("quant_algo", nested.algo, view.algo),
+            ("exclude list", set(nested.excluded), set(view.excluded)),
+            ("quantized_layers", dict(nested.listed), dict(view.listed)),
+        )
         if a != b
     ]
     findings = [
-        Finding("routing", "config-key", "error", problem, (), {engine: problem} if engine != "all" else {},
-                "rewrite hf_quant_config.json", "config")
+        Finding(
+            "routing",
+            "config-key",
+            "error",
+            problem,
+            (),
+            {engine: problem} if engine != "all" else {},
+            "rewrite hf_quant_config.json",
+            "config",
+        )
         for engine, problem in nested.problems
         if engine in engines or engine == "all"
     ]
     if differs:
         findings.append(
-            Finding("routing", "side-file-differs", "warning",
-                    f"hf_quant_config.json and config.json disagree on {', '.join(differs)}", ("hf_quant_config.json",),
-                    {"trtllm": "reads hf_quant_config.json", "sglang": "reads config.json", "vllm": "reads config.json"},
-                    "write hf_quant_config.json from config.json's quantization_config", "config")
+            Finding(
+                "routing",
+                "side-file-differs",
+                "warning",
+                f"hf_quant_config.json and config.json disagree on {', '.join(differs)}",
+                ("hf_quant_config.json",),
+                {"trtllm": "reads hf_quant_config.json", "sglang": "reads config.json", "vllm": "reads config.json"},
+                "write hf_quant_config.json from config.json's quantization_config",
+                "config",
+            )
         )
     return findings
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run thousands of tiny tensor ops on one thread: with more, each op wakes torch's worker
+    threads, which spin, and on a shared machine that costs 5-20x the work (measured: bench/doctor.py)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _expand(finding: Finding, engines: tuple[str, ...]) -> Finding:
@@ -92,8 +153,16 @@ def _expand(finding: Finding, engines: tuple[str, ...]) -> Finding:
         for name in engines if engine == "all" else (engine,):
             if name in engines:
                 spelled[name] = what
-    return Finding(finding.check, finding.code, finding.severity, finding.message, finding.tensors, spelled,
-                   finding.fix, finding.repair)
+    return Finding(
+        finding.check,
+        finding.code,
+        finding.severity,
+        finding.message,
+        finding.tensors,
+        spelled,
+        finding.fix,
+        finding.repair,
+    )
 
 
 def doctor_checkpoint(
@@ -142,7 +211,11 @@ def doctor_checkpoint(
 
 
 def diagnose_scan(
-    scan: Scan, contract: Contract | None, source: str | Path | None, engine: str | None, headers_only: bool,
+    scan: Scan,
+    contract: Contract | None,
+    source: str | Path | None,
+    engine: str | None,
+    headers_only: bool,
     device: str,
 ) -> DoctorReport:
     view = config_view(scan)
@@ -151,8 +224,11 @@ def diagnose_scan(
     loaders = {e: loader(e, view, method if isinstance(method, str) else None) for e in ENGINES}
     refusals = {e: ld.refusal for e, ld in loaders.items() if ld.refusal is not None}
     engines = (engine,) if engine is not None else tuple(e for e in ENGINES if e not in refusals)
-    spelled = {module_dialect(m, view.dialect if view else None) for m in model.modules.values()
-               if m.format in ("nvfp4", "mxfp8")}
+    spelled = {
+        module_dialect(m, view.dialect if view else None)
+        for m in model.modules.values()
+        if m.format in ("nvfp4", "mxfp8")
+    }
     report = DoctorReport(
         str(scan.root),
         dialect=view.dialect if view else None,
@@ -174,7 +250,8 @@ def diagnose_scan(
         findings += _side_file_findings(scan, view, engines)
         findings += check_activations(view, model, values, (engines or ("vllm",))[0])
     if values is not None:
-        findings += check_scales(values) + check_siblings(values, model)
+        with _one_thread():
+            findings += check_scales(values) + check_siblings(values, model)
     if contract is not None:
         findings += check_contract(contract, model, values)
     if source is not None and values is not None:

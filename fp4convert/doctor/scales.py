@@ -22,7 +22,7 @@ import torch
 
 from fp4convert.dialects import Dialect
 from fp4convert.doctor.model import Model
-from fp4convert.doctor.report import Finding
+from fp4convert.doctor.report import Finding, Severity
 from fp4convert.doctor.scan import Scan
 from fp4convert.doctor.structure import partial_spelling
 from fp4convert.formats.codecs import e4m3_decode
@@ -149,7 +149,11 @@ def _block_stats(values: ScaleValues, module: str) -> tuple[str, str, torch.Tens
         return None
     raw = values.scan.read(name).reshape(-1).view(torch.uint8)
     glob = values.leaf_name(module, "global")
-    key = values.tensor(glob)[:1].view(torch.int32).item() if glob is not None and values.scan.tensors[glob][1].nbytes else ""
+    key = (
+        values.tensor(glob)[:1].view(torch.int32).item()
+        if glob is not None and values.scan.tensors[glob][1].nbytes
+        else ""
+    )
     return name, found[1], raw, str(key)
 
 
@@ -195,10 +199,17 @@ def _block_findings(values: ScaleValues, modules: Iterable[str]) -> list[Finding
     }
     for code, names in bad.items():
         if names:
-            severity = "warning" if code == "block-scale-zero" else "error"
+            severity: Severity = "warning" if code == "block-scale-zero" else "error"
             findings.append(
-                Finding("scales", code, severity, texts[code], tuple(sorted(names)),
-                        fix="re-derive from the BF16 source (--fix with --source), or re-export", repair="rederive")
+                Finding(
+                    "scales",
+                    code,
+                    severity,
+                    texts[code],
+                    tuple(sorted(names)),
+                    fix="re-derive from the BF16 source (--fix with --source), or re-export",
+                    repair="rederive",
+                )
             )
     short = {g: v for g, v in maxima.items() if v[0] not in _BLOCK_MAXIMA}
     if short:
@@ -223,5 +234,7 @@ def _block_findings(values: ScaleValues, modules: Iterable[str]) -> list[Finding
 
 def check_scales(values: ScaleValues) -> list[Finding]:
     """Every scale finding of the module docstring (reads scalar and block scales, never packed data)."""
-    quantized = [m for m, mod in values.model.modules.items() if mod.format in ("nvfp4", "mxfp8") or values.spelling(m)]
+    quantized = [
+        m for m, mod in values.model.modules.items() if mod.format in ("nvfp4", "mxfp8") or values.spelling(m)
+    ]
     return _scalar_findings(values, quantized) + _block_findings(values, quantized)

@@ -151,51 +151,12 @@ def scan_checkpoint(root: str | Path) -> Scan:
             file=str(root / "config.json"),
         )
     findings: list[Finding] = []
-    side_files: dict[str, Any] = {}
-    for name in sorted({n for cls in DIALECTS.values() for n in cls.side_file_names}):
-        if (root / name).is_file():
-            content, error = _json_file(root / name)
-            side_files[name] = content
-            if not isinstance(content, dict):
-                findings.append(Finding("routing", "side-file-unreadable", "error", f"{name}: not a JSON object ({error})"))
+    side_files = _side_files(root, findings)
     manifest, _ = _json_file(root / MANIFEST) if (root / MANIFEST).is_file() else (None, None)
     weight_map = _read_index(root, findings)
     present = sorted(p.name for p in root.iterdir() if p.is_file() and p.name.endswith(".safetensors"))
     named = sorted(set(weight_map.values())) if weight_map is not None else []
-    tensors: dict[str, tuple[str, TensorEntry]] = {}
-    twice: list[str] = []
-    readable = 0
-    for shard in sorted(set(present) | set(named)):
-        if not (root / shard).is_file():
-            held = tuple(sorted(t for t, s in (weight_map or {}).items() if s == shard))
-            findings.append(
-                _index_finding(
-                    "shard-missing", f"{INDEX_NAME} names {shard}, which is not in the folder", held, "re-download it"
-                )
-            )
-            continue
-        try:
-            entries, _ = read_header(checked_file(root, shard))
-        except CheckpointError as exc:
-            findings.append(_index_finding("shard-unreadable", exc.message, (shard,), "re-download the shard"))
-            continue
-        readable += 1
-        for tensor, entry in entries.items():
-            if tensor in tensors:
-                twice.append(tensor)
-                continue
-            tensors[tensor] = (shard, entry)
-    if not readable:
-        raise CheckpointError(f"{root} holds no readable *.safetensors shard", hint="download the weights", file=str(root))
-    if twice:
-        findings.append(
-            _index_finding(
-                "tensor-twice",
-                "tensors stored in two shards: engines load whichever they meet last",
-                tuple(sorted(twice)),
-                "remove the stale copy",
-            )
-        )
+    tensors = _read_shards(root, sorted(set(present) | set(named)), weight_map or {}, findings)
     if weight_map is not None:
         _compare_index(weight_map, tensors, set(present) - set(named), findings)
     elif len(present) > 1:
@@ -212,6 +173,55 @@ def scan_checkpoint(root: str | Path) -> Scan:
             )
         )
     return Scan(root, config, side_files, tensors, findings, manifest if isinstance(manifest, dict) else None)
+
+
+def _side_files(root: Path, findings: list[Finding]) -> dict[str, Any]:
+    """The dialects' side files present (an unreadable one is a finding)."""
+    side_files: dict[str, Any] = {}
+    for name in sorted({n for cls in DIALECTS.values() for n in cls.side_file_names}):
+        if (root / name).is_file():
+            content, error = _json_file(root / name)
+            side_files[name] = content
+            if not isinstance(content, dict):
+                findings.append(
+                    Finding("routing", "side-file-unreadable", "error", f"{name}: not a JSON object ({error})")
+                )
+    return side_files
+
+
+def _read_shards(
+    root: Path, shards: list[str], weight_map: dict[str, str], findings: list[Finding]
+) -> dict[str, tuple[str, TensorEntry]]:
+    """Every readable shard's header: tensor -> (shard, entry); missing, unreadable and duplicate
+    entries are findings."""
+    tensors: dict[str, tuple[str, TensorEntry]] = {}
+    twice: list[str] = []
+    readable = 0
+    for shard in shards:
+        if not (root / shard).is_file():
+            held = tuple(sorted(t for t, s in weight_map.items() if s == shard))
+            message = f"{INDEX_NAME} names {shard}, which is not in the folder"
+            findings.append(_index_finding("shard-missing", message, held, "re-download it"))
+            continue
+        try:
+            entries, _ = read_header(checked_file(root, shard))
+        except CheckpointError as exc:
+            findings.append(_index_finding("shard-unreadable", exc.message, (shard,), "re-download the shard"))
+            continue
+        readable += 1
+        for tensor, entry in entries.items():
+            if tensor in tensors:
+                twice.append(tensor)
+            else:
+                tensors[tensor] = (shard, entry)
+    if not readable:
+        raise CheckpointError(
+            f"{root} holds no readable *.safetensors shard", hint="download the weights", file=str(root)
+        )
+    if twice:
+        message = "tensors stored in two shards: engines load whichever they meet last"
+        findings.append(_index_finding("tensor-twice", message, tuple(sorted(twice)), "remove the stale copy"))
+    return tensors
 
 
 def _read_index(root: Path, findings: list[Finding]) -> dict[str, str] | None:
@@ -259,12 +269,20 @@ def _compare_index(
     fix = "rewrite the index from the shards' headers"
     if elsewhere:
         findings.append(
-            _index_finding("index-wrong-shard", f"{INDEX_NAME} maps tensors to shards that do not hold them", tuple(elsewhere), fix)
+            _index_finding(
+                "index-wrong-shard",
+                f"{INDEX_NAME} maps tensors to shards that do not hold them",
+                tuple(elsewhere),
+                fix,
+            )
         )
     if absent:
         findings.append(
             _index_finding(
-                "index-tensor-missing", f"{INDEX_NAME} lists tensors no shard holds", tuple(absent), "re-download the shards"
+                "index-tensor-missing",
+                f"{INDEX_NAME} lists tensors no shard holds",
+                tuple(absent),
+                "re-download the shards",
             )
         )
     if unindexed:
@@ -280,4 +298,3 @@ def _compare_index(
                 repair="config",
             )
         )
-

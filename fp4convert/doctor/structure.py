@@ -18,7 +18,7 @@ from collections import Counter
 
 from fp4convert.dialects import ConfigView, Dialect
 from fp4convert.doctor.model import Model
-from fp4convert.doctor.report import Finding
+from fp4convert.doctor.report import Finding, Severity
 from fp4convert.doctor.scan import SCALE_LEAVES, Module
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 
@@ -77,7 +77,7 @@ def _module_findings(module: Module, prefer: str | None, out: dict[str, list[str
     _shape_findings(module, dialect, fmt, out)
 
 
-_MESSAGES = {
+_MESSAGES: dict[str, tuple[str, Severity]] = {
     "incomplete-module": ("quantized modules lack tensors their format needs (named: the missing ones)", "error"),
     "dtype-mismatch": ("tensors stored with another dtype than their dialect's", "error"),
     "scale-swizzled": (
@@ -85,7 +85,10 @@ _MESSAGES = {
         "layout, not the [out, in/16] row-major layout every loader reads",
         "error",
     ),
-    "shape-mismatch": ("tensors whose shape does not fit their format ([out, in/2] data, [out, in/16] scales)", "error"),
+    "shape-mismatch": (
+        "tensors whose shape does not fit their format ([out, in/2] data, [out, in/16] scales)",
+        "error",
+    ),
     "orphan-scale": ("scale tensors without the data tensor they scale", "error"),
 }
 _FIXES = {
@@ -104,8 +107,15 @@ def check_structure(view: ConfigView | None, model: Model) -> list[Finding]:
         if module.format in ("nvfp4", "mxfp8"):
             spellings[module_dialect(module, prefer) or "?"] += 1
     findings = [
-        Finding("structure", code, _MESSAGES[code][1], _MESSAGES[code][0], tuple(sorted(names)), {},
-                _FIXES.get(code, "re-export these modules"))
+        Finding(
+            "structure",
+            code,
+            _MESSAGES[code][1],
+            _MESSAGES[code][0],
+            tuple(sorted(names)),
+            {},
+            _FIXES.get(code, "re-export these modules"),
+        )
         for code, names in out.items()
         if names
     ]
@@ -151,8 +161,16 @@ def _routing(view: ConfigView | None, model: Model, spellings: Counter[str]) -> 
         )
     for engine, problem in view.problems:
         findings.append(
-            Finding("routing", "config-key", "error", problem, (), {} if engine == "all" else {engine: problem},
-                    "rewrite the quantization_config", "config")
+            Finding(
+                "routing",
+                "config-key",
+                "error",
+                problem,
+                (),
+                {} if engine == "all" else {engine: problem},
+                "rewrite the quantization_config",
+                "config",
+            )
         )
     return findings
 
@@ -162,9 +180,7 @@ def _expected(model: Model) -> list[Finding]:
         return []
     present = model.infos
     missing = [t for t in model.expected if t.name not in present]
-    wrong = [
-        t.name for t in model.expected if t.name in present and t.shape and present[t.name].shape != t.shape
-    ]
+    wrong = [t.name for t in model.expected if t.name in present and t.shape and present[t.name].shape != t.shape]
     findings = []
     if missing:
         mtp = any(t.is_mtp for t in missing)
@@ -185,7 +201,8 @@ def _expected(model: Model) -> list[Finding]:
                 "structure",
                 "shape-mismatch",
                 "error",
-                "logical weight shapes differ from config.json's (packed along the wrong axis, transposed, or another model)",
+                "logical weight shapes differ from config.json's (packed along the wrong axis, transposed, or another "
+                "model)",
                 tuple(wrong),
                 fix="re-export: NVFP4 packs two values per byte along the input dimension, [out, in/2]",
             )

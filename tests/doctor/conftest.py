@@ -6,14 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from doctor.corpus import BASES
 from doctor.peer import write_peer
 
 
 @pytest.fixture(scope="session")
-def base(tiny_checkpoint: Callable[[str], Path], converted: Callable[..., Path],
-         tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+def base(
+    tiny_checkpoint: Callable[[str], Path], converted: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], Path]:
     """``base("mo-nvfp4")`` or ``base("peer-modelopt|no-input-scale")``: a healthy (or peer-faulty)
     checkpoint of the corpus; tests copy it before damaging it."""
     built: dict[str, Path] = {}
@@ -26,7 +26,9 @@ def base(tiny_checkpoint: Callable[[str], Path], converted: Callable[..., Path],
                 built[name] = converted(model, how, extra)
             else:
                 folder = tmp_path_factory.mktemp(key.replace("|", "-")) / "peer"
-                built[name] = write_peer(tiny_checkpoint(model), folder, how, frozenset(filter(None, faults.split(","))))
+                built[name] = write_peer(
+                    tiny_checkpoint(model), folder, how, frozenset(filter(None, faults.split(",")))
+                )
         return built[name]
 
     return get

@@ -55,8 +55,11 @@ def _quantized(name: str, style: str) -> bool:
 def _exclude(tensors: dict[str, torch.Tensor], style: str, faults: frozenset[str]) -> list[str]:
     """The exclude list as the tool writes it: ModelOpt summarises a BF16 subtree as a prefix
     wildcard (``model.layers.0.self_attn*``) and names routers and lm_head; Miles names modules."""
-    bf16 = sorted(n.rsplit(".", 1)[0] for n, t in tensors.items()
-                  if n.endswith(".weight") and t.dim() == 2 and "embed" not in n and not _quantized(n, style))
+    bf16 = sorted(
+        n.rsplit(".", 1)[0]
+        for n, t in tensors.items()
+        if n.endswith(".weight") and t.dim() == 2 and "embed" not in n and not _quantized(n, style)
+    )
     entries = {"lm_head"}
     for module in bf16:
         if style != "modelopt" or module.endswith(".mlp.gate") or module == "lm_head":
@@ -114,27 +117,53 @@ def write_peer(source: Path, destination: Path, style: str, faults: frozenset[st
             "producer": {"name": "modelopt", "version": "0.39.0"},
             "quant_method": "modelopt",
         }
-        side = {"producer": {"name": "modelopt", "version": "0.39.0"},
-                "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
-                                 "exclude_modules": exclude}}
+        side = {
+            "producer": {"name": "modelopt", "version": "0.39.0"},
+            "quantization": {
+                "quant_algo": "NVFP4",
+                "kv_cache_quant_algo": None,
+                "group_size": 16,
+                "exclude_modules": exclude,
+            },
+        }
         (destination / "hf_quant_config.json").write_text(json.dumps(side, indent=2))
     elif style == "llmcompressor":
-        weights = {"num_bits": 4, "type": "float", "symmetric": True, "group_size": 16, "strategy": "tensor_group",
-                   "dynamic": False, "observer": "minmax", "scale_dtype": "torch.float8_e4m3fn"}
+        weights = {
+            "num_bits": 4,
+            "type": "float",
+            "symmetric": True,
+            "group_size": 16,
+            "strategy": "tensor_group",
+            "dynamic": False,
+            "observer": "minmax",
+            "scale_dtype": "torch.float8_e4m3fn",
+        }
         config["quantization_config"] = {
             "quant_method": "compressed-tensors",
             "format": "nvfp4-pack-quantized",
             "quantization_status": "compressed",
-            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None,
-                                          "output_activations": None, "format": "nvfp4-pack-quantized"}},
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": weights,
+                    "input_activations": None,
+                    "output_activations": None,
+                    "format": "nvfp4-pack-quantized",
+                }
+            },
             "ignore": ["lm_head", "re:.*mlp.gate$"],
             "kv_cache_scheme": None,
             "sparsity_config": {},
             "version": "0.12.2",
         }
     else:
-        config["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "mxfp8",
-                                         "weight_block_size": [1, 32], "scale_fmt": "ue8m0",
-                                         "modules_to_not_convert": exclude}
+        config["quantization_config"] = {
+            "activation_scheme": "dynamic",
+            "fmt": "e4m3",
+            "quant_method": "mxfp8",
+            "weight_block_size": [1, 32],
+            "scale_fmt": "ue8m0",
+            "modules_to_not_convert": exclude,
+        }
     (destination / "config.json").write_text(json.dumps(config, indent=2))
     return destination

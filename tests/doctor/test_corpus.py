@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from doctor.corpus import BASES, FAULTS, Fault, copy_base
+
 from fp4convert.doctor import doctor_checkpoint
 
 HEALTHY = sorted(BASES)

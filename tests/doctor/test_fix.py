@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from _helpers import tree_hashes
-
 from doctor.corpus import BASES, FAULTS, copy_base
+
 from fp4convert.doctor.repair import repair_checkpoint
 from fp4convert.errors import ConversionError
 from fp4convert.verify.checkpoint import verify_checkpoint
