@@ -7,8 +7,9 @@ measured with wait4 (wall time, user CPU, peak RSS), page cache warm:
 
     python bench/doctor.py [--workdir DIR] [--device cpu|cuda]
 
-Cases: headers only (no tensor data), full (every global, activation and block scale; never the
-packed data), and full judged for one engine. The converted checkpoint must come out healthy.
+Cases: the interpreter and import cost alone (``--version``), headers only (no tensor data), full
+(every global, activation and block scale; never the packed data), and full judged for one
+engine. The converted checkpoint must come out healthy.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main() -> None:
         flush=True,
     )
     cases = {
+        "startup only (--version)": [*exe, "--version"],
         "doctor --headers-only": [*exe, "doctor", str(out), "--headers-only", "--json"],
         "doctor (full)": [*exe, "doctor", str(out), "--json"],
         "doctor --engine vllm (full)": [*exe, "doctor", str(out), "--engine", "vllm", "--json"],
@@ -96,6 +98,9 @@ def main() -> None:
     for name, command in cases.items():
         warm(out)
         result = run_child(command)
+        if "--version" in command:
+            print(f"{name:30} {result['wall_s']:8.2f} {result['user_s']:8.2f} {result['peak_rss_gb']:12.3f}")
+            continue
         report = json.loads(str(result["stdout"]))
         print(
             f"{name:30} {result['wall_s']:8.2f} {result['user_s']:8.2f} {result['peak_rss_gb']:12.3f} "

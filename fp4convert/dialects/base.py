@@ -128,6 +128,34 @@ class Dialect(abc.ABC):
         leaf = self.suffixes.get(fmt, {}).get(role)
         return None if leaf is None else f"{module}.{leaf}"
 
+    def tensor_problems(self, module: str, fmt: str, dtypes: Mapping[str, str]) -> list[tuple[str, str, str | None]]:
+        """The tensors a ``fmt`` module lacks or stores with another dtype than this dialect's.
+
+        Args:
+            module: the module name.
+            fmt: ``nvfp4`` or ``mxfp8``.
+            dtypes: tensor name -> safetensors dtype of what is stored (other modules' names may be there).
+
+        Returns:
+            ``(role, tensor name, stored dtype or None when missing)`` per problem. The activation
+            scale is never required here: whether one is needed depends on the activation mode.
+
+        Example:
+            >>> from fp4convert.dialects import get_dialect
+            >>> get_dialect("modelopt").tensor_problems("m", "nvfp4", {"m.weight": "U8", "m.weight_scale": "U8"})
+            [('scale', 'm.weight_scale', 'U8'), ('global', 'm.weight_scale_2', None)]
+        """
+        problems: list[tuple[str, str, str | None]] = []
+        for role, dtype in self.output_dtypes[fmt].items():
+            name = self.output_name(module, fmt, role)
+            if name is None or role == "input":
+                continue
+            if name not in dtypes:
+                problems.append((role, name, None))
+            elif dtypes[name] != dtype:
+                problems.append((role, name, dtypes[name]))
+        return problems
+
     def decode_scale(self, stored: torch.Tensor) -> torch.Tensor:
         """The float32 decode scale (``e2m1 * weight_scale * it`` = the weight) from the stored global scale.
 

@@ -21,10 +21,9 @@ Three facts per engine, each from the engine's source as docs/dialects.md record
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
 
 from fp4convert.dialects import ConfigView, Scheme
 from fp4convert.doctor.model import Layer
@@ -226,9 +225,3 @@ def built_scheme(engine: str, view: ConfigView, layer: Layer) -> Scheme | None:
     if scheme is None and layer.kind == "lm_head" and view.dialect == "compressed-tensors":
         return None  # a class target (Linear) does not reach the output embedding (ParallelLMHead)
     return scheme if scheme is not None else view.default
-
-
-def side_file_quantization(side_files: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The ModelOpt side file's content, when it has a ``quantization`` block."""
-    content = side_files.get("hf_quant_config.json")
-    return content if isinstance(content, Mapping) and isinstance(content.get("quantization"), Mapping) else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ from fp4convert.dialects import ConfigView, dialect_for_config, get_dialect
 from fp4convert.doctor.activations import check_activations
 from fp4convert.doctor.building import check_building
 from fp4convert.doctor.contract_check import check_contract
-from fp4convert.doctor.engines import loader, side_file_quantization
+from fp4convert.doctor.engines import loader
 from fp4convert.doctor.model import describe_model
 from fp4convert.doctor.provenance import check_provenance
 from fp4convert.doctor.report import ENGINES, DoctorReport, Finding
@@ -32,6 +33,12 @@ from fp4convert.errors import ConversionError
 from fp4convert.hub import resolve_source
 
 __all__ = ["config_view", "diagnose_scan", "doctor_checkpoint"]
+
+
+def side_file_quantization(side_files: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """ModelOpt's side file (``hf_quant_config.json``) when it has a ``quantization`` block."""
+    content = side_files.get("hf_quant_config.json")
+    return content if isinstance(content, Mapping) and isinstance(content.get("quantization"), Mapping) else None
 
 
 def config_view(scan: Scan) -> ConfigView | None:
@@ -243,7 +250,7 @@ def diagnose_scan(
         if module.format != "absent" and (w := model.weight(module.name)) is not None and w.gemm_weight:
             formats[module.format] = formats.get(module.format, 0) + 1
     report.formats = formats
-    findings = list(scan.findings) + _loader_findings(report, engine, refusals) + check_structure(view, model)
+    findings = list(scan.findings) + _loader_findings(report, engine, refusals) + check_structure(view, model, engines)
     values = None if headers_only else ScaleValues(scan, model, view.dialect if view else None)
     if view is not None:
         findings += check_building(view, model, engines or ENGINES)

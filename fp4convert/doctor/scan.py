@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ class Scan:
     bytes_read: int = 0
     _files: dict[str, SafetensorsFile] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def modules(self) -> dict[str, Module]:
         found: dict[str, Module] = {}
         for name, (_, entry) in self.tensors.items():

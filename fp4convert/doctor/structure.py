@@ -66,14 +66,9 @@ def _module_findings(module: Module, prefer: str | None, out: dict[str, list[str
             out["orphan-scale"] += [e.name for e in module.leaves.values()]
         return
     dialect, fmt = found
-    for role, leaf in dialect.suffixes[fmt].items():
-        if role == "input":
-            continue  # whether an activation scale is needed depends on the config (activations)
-        entry = module.leaves.get(leaf)
-        if entry is None:
-            out["incomplete-module"].append(f"{module.name}.{leaf}")
-        elif entry.dtype != dialect.output_dtypes[fmt][role]:
-            out["dtype-mismatch"].append(entry.name)
+    dtypes = {entry.name: entry.dtype for entry in module.leaves.values()}
+    for _, name, stored in dialect.tensor_problems(module.name, fmt, dtypes):
+        out["incomplete-module" if stored is None else "dtype-mismatch"].append(name)
     _shape_findings(module, dialect, fmt, out)
 
 
@@ -91,14 +86,22 @@ _MESSAGES: dict[str, tuple[str, Severity]] = {
     ),
     "orphan-scale": ("scale tensors without the data tensor they scale", "error"),
 }
+_EFFECTS = {
+    "incomplete-module": "fails to load the module, or runs it with an uninitialised scale parameter",
+    "dtype-mismatch": "fails to load the tensor into its parameter, or reinterprets its bytes",
+    "scale-swizzled": "fails on the shape, or swizzles the already swizzled scales and decodes garbage",
+    "shape-mismatch": "fails to load the tensor into its parameter",
+    "orphan-scale": "fails on an unexpected tensor, or ignores it while the data it scales is missing",
+}
 _FIXES = {
     "scale-swizzled": "unswizzle the block scales (fp4convert.formats.from_layout) or re-export",
     "orphan-scale": "re-export the module, or remove the stray scales",
 }
 
 
-def check_structure(view: ConfigView | None, model: Model) -> list[Finding]:
-    """Routing vs tensors, module completeness, dtypes, shapes, expected tensors (module docstring)."""
+def check_structure(view: ConfigView | None, model: Model, engines: tuple[str, ...]) -> list[Finding]:
+    """Routing vs tensors, module completeness, dtypes, shapes, expected tensors (module docstring);
+    config keys only the judged ``engines`` need."""
     prefer = view.dialect if view is not None else None
     out: dict[str, list[str]] = {code: [] for code in _MESSAGES}
     spellings: Counter[str] = Counter()
@@ -113,18 +116,20 @@ def check_structure(view: ConfigView | None, model: Model) -> list[Finding]:
             _MESSAGES[code][1],
             _MESSAGES[code][0],
             tuple(sorted(names)),
-            {},
+            {"all": _EFFECTS[code]},
             _FIXES.get(code, "re-export these modules"),
         )
         for code, names in out.items()
         if names
     ]
-    findings += _routing(view, model, spellings)
+    findings += _routing(view, model, spellings, engines)
     findings += _expected(model)
     return findings
 
 
-def _routing(view: ConfigView | None, model: Model, spellings: Counter[str]) -> list[Finding]:
+def _routing(
+    view: ConfigView | None, model: Model, spellings: Counter[str], engines: tuple[str, ...]
+) -> list[Finding]:
     quantized = sorted(m for m, mod in model.modules.items() if mod.format in ("nvfp4", "mxfp8"))
     if view is None:
         if not quantized:
@@ -160,6 +165,8 @@ def _routing(view: ConfigView | None, model: Model, spellings: Counter[str]) -> 
             )
         )
     for engine, problem in view.problems:
+        if engine != "all" and engine not in engines:
+            continue
         findings.append(
             Finding(
                 "routing",
