@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from doctor.corpus import copy_base, exclude
+from doctor.corpus import copy_base
+from doctor.damage import exclude
 
 from fp4convert.cli import main
 

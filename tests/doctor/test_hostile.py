@@ -7,7 +7,8 @@ import json
 
 import pytest
 import torch
-from doctor.corpus import INDEX, copy_base
+from doctor.corpus import copy_base
+from doctor.damage import INDEX
 from safetensors.torch import save_file
 
 from fp4convert.doctor import doctor_checkpoint
