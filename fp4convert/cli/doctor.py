@@ -59,8 +59,7 @@ def doctor(
     TensorRT-LLM do with them, and the fix. Exits 0 when healthy, 1 with errors, 2 when the
     checkpoint cannot be read.
     """
-    from fp4convert.doctor import doctor_checkpoint
-    from fp4convert.doctor.repair import repair_checkpoint
+    from fp4convert.doctor import doctor_checkpoint, repair_checkpoint
 
     try:
         if fix is not None:

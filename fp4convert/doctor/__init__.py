@@ -20,7 +20,8 @@ TensorRT-LLM do with them, and the fix. Modules, one job each:
 * :mod:`~fp4convert.doctor.run`: :func:`doctor_checkpoint`, all of it in order.
 """
 
+from fp4convert.doctor.repair import RepairReport, repair_checkpoint
 from fp4convert.doctor.report import ENGINES, DoctorReport, Finding
 from fp4convert.doctor.run import doctor_checkpoint
 
-__all__ = ["ENGINES", "DoctorReport", "Finding", "doctor_checkpoint"]
+__all__ = ["ENGINES", "DoctorReport", "Finding", "RepairReport", "doctor_checkpoint", "repair_checkpoint"]

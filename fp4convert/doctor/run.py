@@ -111,20 +111,9 @@ def _side_file_findings(scan: Scan, view: ConfigView, engines: tuple[str, ...]) 
         )
         if a != b
     ]
-    findings = [
-        Finding(
-            "routing",
-            "config-key",
-            "error",
-            problem,
-            (),
-            {engine: problem} if engine != "all" else {},
-            "rewrite hf_quant_config.json",
-            "config",
-        )
-        for engine, problem in nested.problems
-        if engine in engines or engine == "all"
-    ]
+    # Only TensorRT-LLM reads the side file when config.json has a quantization_config: the nested
+    # form's own needs (vLLM's parser) do not apply here, its agreement with config.json does.
+    findings: list[Finding] = []
     if differs:
         findings.append(
             Finding(

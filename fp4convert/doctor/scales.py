@@ -8,7 +8,7 @@
 * E4M3 block scales: NaN or negative codes; a module whose blocks are all zero (dequantizes to 0).
 * Block scales that cannot come from the stated global scale: every profile maps the largest
   block of the tensor (of the group that shares one global scale) to the E4M3 maximum 448
-  (a 256-bound 4over6 global: 256 or 384). A largest block below that means the global scale was
+  (a 256-bound 4over6 global: 256 to 384). A largest block below that means the global scale was
   computed from another amax than the one these blocks were encoded for.
 * E8M0 (MXFP8) block scales: the NaN code 0xFF.
 """
@@ -30,9 +30,11 @@ from fp4convert.formats.spec import E8M0
 
 __all__ = ["ScaleValues", "check_scales", "scalar_problem"]
 
-#: The E4M3 codes the largest block of a tensor (or of a group sharing one global scale) takes:
-#: 448 under every profile with the 448 bound; 256 (map-to-6) or 384 (map-to-4) with the 256 bound.
-_BLOCK_MAXIMA = frozenset({0x7E, 0x78, 0x7C})
+#: The E4M3 codes the largest block scale of a tensor (or of a group sharing one global scale) can
+#: take: 448 (0x7E) under every profile with the 448 bound (a 4over6 map-to-4 amax block saturates
+#: there too); with the 256 bound the amax block takes 256 (map-to-6) or 384 (map-to-4) and a
+#: smaller block's map-to-4 scale may lie between, so 256..384 (0x78..0x7C).
+_BLOCK_MAXIMA = frozenset({0x7E, *range(0x78, 0x7D)})
 _FLT_MIN_NORMAL = torch.finfo(torch.float32).tiny
 
 

@@ -37,6 +37,7 @@ from doctor.damage import (
 HERE = Path(__file__).parent
 MIXED = HERE / "data" / "nvfp4-experts-mxfp8-attention.yaml"
 CALIBRATED = HERE / "data" / "nvfp4-experts-calibrated.yaml"
+FOUR_OVER_SIX = HERE / "data" / "nvfp4-experts-4over6-mse-256.yaml"
 DEEPSEEK_MXFP8 = NVFP4_EXPERTS.parent / "deepseek-v3-mxfp8-mla-bf16.yaml"
 E = "model.layers.{layer}.mlp.experts.{expert}.{proj}"
 
@@ -44,6 +45,7 @@ E = "model.layers.{layer}.mlp.experts.{expert}.{proj}"
 BASES: dict[str, tuple[Any, ...]] = {
     "mo-nvfp4": ("converted", "qwen3_moe", "modelopt", NVFP4_EXPERTS),
     "ct-nvfp4": ("converted", "qwen3_moe", "compressed-tensors", NVFP4_EXPERTS),
+    "mo-nvfp4-4over6": ("converted", "qwen3_moe", "modelopt", FOUR_OVER_SIX),
     "mo-mxfp8": ("converted", "qwen3_moe", "modelopt", MXFP8_ALL),
     "sg-mxfp8": ("converted", "qwen3_moe", "sglang-mxfp8", MXFP8_ALL),
     "ct-mxfp8": ("converted", "qwen3_moe", "compressed-tensors", MXFP8_ALL),
