@@ -35,8 +35,8 @@ _CODES: dict[str, tuple[str, str, str]] = {
     ),
     "lm-head-not-excluded": (
         "lm_head is BF16 (stored, or tied to the embedding) but not excluded",
-        "builds a quantized lm_head whose weight_scale is never loaded: the load fails (vLLM ParallelLMHead; "
-        "seen on vLLM CPU with a tied Qwen3)",
+        "builds a quantized lm_head (ParallelLMHead) whose weight_scale is never loaded: the load fails (seen "
+        "on vLLM's CPU build with a tied Qwen3)",
         "add lm_head to the exclude list",
     ),
     "mtp-not-excluded": (
@@ -157,9 +157,12 @@ def check_building(view: ConfigView, model: Model, engines: Iterable[str]) -> li
 
 
 def _dead_entries(view: ConfigView, layers: list[Layer], engines: tuple[str, ...]) -> list[Finding]:
-    """Exclude entries that match no layer for any engine (typos, other models' names)."""
+    """Exact exclude entries that match no layer for any engine (typos, other models' names);
+    wildcards and ``re:`` patterns are generic rules (``*vision_tower*``) and are not reported."""
     dead = []
     for entry in view.excluded:
+        if "*" in entry or entry.startswith("re:"):
+            continue
         single = ConfigView(view.dialect, view.algo, excluded=(entry,))
         if not any(_matches_any(engine, single, layer) for engine in engines for layer in layers):
             dead.append(entry)

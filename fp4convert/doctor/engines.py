@@ -211,9 +211,12 @@ def built_scheme(engine: str, view: ConfigView, layer: Layer) -> Scheme | None:
     """
     if excluded(engine, view, layer):
         return None
-    if layer.kind == "lm_head" and view.dialect == "sglang-mxfp8":
-        return None  # SGLang's block-FP8 loader quantizes Linear and FusedMoE layers only
     scheme = _listed(view, layer.name)
+    if layer.kind == "lm_head" and scheme is None and (engine, view.dialect) != ("vllm", "modelopt"):
+        # Only vLLM's ModelOpt loaders quantize the output embedding (ParallelLMHead) unless it is
+        # excluded; SGLang's take LinearBase and FusedMoE only; compressed-tensors' class targets
+        # (Linear) do not reach it; TensorRT-LLM's is not modelled (it is not checked).
+        return None
     if scheme is None and layer.kind == "moe":
         # FusedMoE: the first listed expert module under the container decides (SGLang, vLLM)
         scheme = next((s for p in layer.pieces if (s := _listed(view, p)) is not None), None)
@@ -222,6 +225,4 @@ def built_scheme(engine: str, view: ConfigView, layer: Layer) -> Scheme | None:
         if any(p != pieces[0] for p in pieces):
             raise Inconsistent(f"the pieces of {layer.name} are listed with different schemes")
         scheme = pieces[0]
-    if scheme is None and layer.kind == "lm_head" and view.dialect == "compressed-tensors":
-        return None  # a class target (Linear) does not reach the output embedding (ParallelLMHead)
     return scheme if scheme is not None else view.default
