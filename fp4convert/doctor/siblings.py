@@ -21,8 +21,8 @@ from fp4convert.doctor.scales import ScaleValues, scalar_problem
 __all__ = ["check_siblings"]
 
 _ENGINES = {
-    "sglang": "Linear layers take the largest weight_scale_2 of the group, MoE layers take w1's (gate's), "
-    "with no re-quantization: the other members dequantize wrong by the ratio",
+    "sglang": "Linear layers take the group's largest global scale, MoE layers take w1's (gate's), with no "
+    "re-quantization: the other members dequantize wrong by the ratio",
     "vllm": "warns, then takes the max (Linear) or w1's (MoE) without re-quantizing: the other members are "
     "scaled wrong (vLLM #54974)",
     "trtllm": "takes the max without rescaling the other members (TRT-LLM #18772)",
