@@ -238,15 +238,28 @@ def repair_checkpoint(
     contract: str | Path | Contract | None = None,
     engine: str | None = None,
     overwrite: bool = False,
+    revision: str | None = None,
     device: str = "cpu",
 ) -> RepairReport:
     """Diagnose ``path``, write the repaired checkpoint to ``destination``, diagnose that (module docstring).
+
+    Args:
+        path: the checkpoint (folder or Hub repo id, ``revision``); only read.
+        destination: the new folder (refused when it exists, unless ``overwrite``, or overlaps ``path``).
+        source: the BF16 source: re-derive the modules whose scales are wrong.
+        contract: the contract to re-derive under and to judge against (default: the one embedded
+            in ``fp4convert.json``, if any).
+        engine: judge for this engine only.
+        device: where re-derivation quantizes.
+
+    Returns:
+        The :class:`RepairReport`: what was repaired, and the diagnosis before and after.
 
     Raises:
         ConversionError: ``destination`` overlaps the checkpoint or exists (without ``overwrite``).
         CheckpointError: the checkpoint cannot be read.
     """
-    root = resolve_source(path)
+    root = resolve_source(path, revision=revision)
     given = load_contract(contract) if contract is not None and not isinstance(contract, Contract) else contract
     scan = scan_checkpoint(root)
     destination = Path(destination)
