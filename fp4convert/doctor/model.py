@@ -130,15 +130,13 @@ def _logical(module: Module, dtype: str) -> list[tuple[str, tuple[int, ...], str
     partial = module.partial()
     fmt = partial[1] if partial is not None else module.format
     for leaf, entry in module.leaves.items():
-        if leaf in SCALE_LEAVES and fmt != "bf16":
-            continue
+        if leaf in SCALE_LEAVES:
+            continue  # weight, activation and KV-cache scales are not the model's tensors
         if leaf in DATA_LEAVES and fmt in ("nvfp4", "mxfp8"):
             shape = entry.shape
             if fmt == "nvfp4" and len(shape) == 2:
                 shape = (shape[0], shape[1] * 2)
             out.append((f"{module.name}.weight", shape, dtype))
-            continue
-        if leaf in SCALE_LEAVES:
             continue
         torch_type = torch_dtype(entry.dtype)
         out.append((f"{module.name}.{leaf}", entry.shape, torch_name(torch_type) if torch_type else entry.dtype))
