@@ -121,7 +121,8 @@ def test_a_name_no_family_knows_is_described_from_the_name_with_a_note() -> None
     assert (tensor.megatron_name, namespace) == ("decoder.layers.3.custom_proj.weight", "megatron")
     assert notes == (
         "'decoder.layers.3.custom_proj.weight' was described from its name alone: no model family recognises it "
-        "(tensor `decoder.layers.3.custom_proj.weight` is not a tensor of any supported family (deepseek_v3, glm4_moe, gpt_oss, llama, minimax_m2, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next)); "
+        "(tensor `decoder.layers.3.custom_proj.weight` is not a tensor of any supported family (deepseek_v3, "
+        "glm4_moe, gpt_oss, llama, minimax_m2, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next)); "
         "it is treated as a GEMM weight of unknown role, matched as a Megatron name only (pass a model for the "
         "full picture)",
     )

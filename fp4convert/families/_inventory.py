@@ -123,7 +123,19 @@ def _describe_unique(mapper: NameMapper, name: str) -> TensorInfo:
     raise MappingError(f"tensor `{name}` is not a {family} tensor", hint=_unmapped_hint(mapper, name), tensor=name)
 
 
+_GPT_OSS_FUSED = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+
+
 def _unmapped_hint(mapper: NameMapper, name: str) -> str:
+    if mapper.family.key is FamilyKey.GPT_OSS and name.removesuffix("_bias").endswith(
+        tuple(f"{head}{tail}" for head in _GPT_OSS_FUSED for tail in ("", "_blocks", "_scales"))
+    ):
+        return (
+            "gpt-oss checkpoints store each layer's experts fused (BF16 `gate_up_proj` [E, H, 2I] with gate and "
+            "up interleaved, `down_proj` [E, I, H], MXFP4 `_blocks` / `_scales`); fp4convert names them one "
+            "tensor per expert (`mlp.experts.{e}.gate_proj` / `up_proj` / `down_proj`, weight and bias), which "
+            "a fused-expert source reader produces from this layout"
+        )
     if name.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
         return (
             "this is transformers 5's fused in-memory expert layout, written by "

@@ -27,7 +27,6 @@ from fp4convert.errors import MappingError
 from fp4convert.families._common import (
     DENSE_MLP,
     GLOBALS,
-    QK_NORM,
     ROUTED_EXPERTS,
     SHARED_EXPERT_GATED,
     gqa_dims,
@@ -58,7 +57,8 @@ _GATED_ATTENTION = (
         linear("self_attn.o_proj.weight", ("hidden", "q_size"), Role.ATTENTION),
         requires=_FULL,
     ),
-    *(Direct(entry.megatron, entry.hf, requires=_FULL) for entry in QK_NORM if isinstance(entry, Direct)),
+    Direct("self_attention.q_layernorm.weight", norm("self_attn.q_norm.weight", "head_dim"), requires=_FULL),
+    Direct("self_attention.k_layernorm.weight", norm("self_attn.k_norm.weight", "head_dim"), requires=_FULL),
 )
 
 _LINEAR_ATTENTION = (

@@ -9,7 +9,6 @@ Qwen3-Next is HF -> HF only: its Megatron paths refuse with the reason.
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
-from families.tiny import fuse_gpt_oss
+from families.tiny import FAMILY_OF, transformers_view
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from fp4convert import export_hf, validate_export
 from fp4convert.checkpoint import inventory_from_checkpoint
@@ -33,10 +32,19 @@ from fp4convert.verify.checkpoint import verify_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
-MEGATRON_KEYS = ["mixtral", "qwen2_moe", "minimax_m2", "glm4_moe", "gpt_oss"]
+MEGATRON_KEYS = ["mixtral", "qwen2_moe", "minimax_m2", "glm4_moe", "gpt_oss", "kimi_k2"]
 ALL_KEYS = [*MEGATRON_KEYS, "qwen3_next"]
-#: (contract, dialect): NVFP4 routed experts in the two dialects that hold NVFP4, MXFP8 end to end.
-CASES = [(NVFP4_EXPERTS, "modelopt"), (NVFP4_EXPERTS, "compressed-tensors"), (MXFP8_ALL, "sglang-mxfp8")]
+#: (contract, dialect): NVFP4 routed experts in the two dialects that hold NVFP4, MXFP8 end to end
+#: (``"mxfp8"`` stands for the model's MXFP8 contract: MLA models keep kv_b_proj BF16).
+CASES = [(NVFP4_EXPERTS, "modelopt"), (NVFP4_EXPERTS, "compressed-tensors"), ("mxfp8", "sglang-mxfp8")]
+
+
+def _contract(key: str, contract: Path | str) -> Path | str:
+    if contract != "mxfp8":
+        return contract
+    return "deepseek-v3-mxfp8-mla-bf16" if FAMILY_OF[key] == "deepseek_v3" else MXFP8_ALL
+
+
 _DTYPES = {"BF16": "bfloat16", "F32": "float32"}
 
 
@@ -79,9 +87,9 @@ def test_config_inventory_equals_the_saved_checkpoint(key: str, family_checkpoin
             header = handle.get_slice(name)
             disk[name] = (tuple(header.get_shape()), _DTYPES[header.get_dtype()])
     listed = {t.name: (t.shape, t.dtype) for t in inventory_from_config(directory)}
-    # transformers keeps GLM's router weight in float32 (_keep_in_fp32_modules_strict, as for
-    # DeepSeek); the published checkpoints store it in bfloat16, which is what the config describes.
-    routers = {n for n in disk if key == "glm4_moe" and n.endswith("mlp.gate.weight")}
+    # transformers keeps the GLM and DeepSeek router weights in float32 (_keep_in_fp32_modules_strict, as
+    # tests/families/test_inventory.py notes); the published checkpoints store them in bfloat16, as described.
+    routers = {n for n in disk if key in ("glm4_moe", "kimi_k2") and n.endswith("mlp.gate.weight")}
     assert {n: disk[n][1] for n in routers} == dict.fromkeys(routers, "float32")
     assert {n: (s, "float32" if n in routers else d) for n, (s, d) in listed.items()} == disk
 
@@ -93,7 +101,7 @@ def test_checkpoint_inventory_classifies_like_the_config_inventory(
     directory = family_checkpoint(key)
     from_config = inventory_from_config(directory)
     from_disk = inventory_from_checkpoint(directory)
-    assert (from_disk.family, from_disk.num_mtp_layers) == (key, from_config.num_mtp_layers)
+    assert (from_disk.family, from_disk.num_mtp_layers) == (FAMILY_OF[key], from_config.num_mtp_layers)
     by_name = from_config.by_name()
     for info in from_disk:
         assert info == type(info)(**{**by_name[info.name].__dict__, "dtype": info.dtype})
@@ -106,16 +114,17 @@ def test_checkpoint_inventory_classifies_like_the_config_inventory(
 @pytest.mark.parametrize("key", MEGATRON_KEYS)
 def test_round_trip_is_byte_identical(key: str, layout: str, model) -> None:
     hf, config = model(key)
-    megatron = hf_to_megatron(hf, key, config, expert_layout=layout)
-    assert len(megatron) < len(hf)  # q/k/v and gate/up fused (and MTP copies shared) on the way
-    _assert_same_state(megatron_to_hf(megatron, key, config), hf)
+    family = FAMILY_OF[key]
+    megatron = hf_to_megatron(hf, family, config, expert_layout=layout)
+    assert len(megatron) < len(hf)  # gate/up (and q/k/v) fused, MTP copies shared on the way
+    _assert_same_state(megatron_to_hf(megatron, family, config), hf)
 
 
 @pytest.mark.parametrize("key", MEGATRON_KEYS)
 def test_megatron_names_are_the_inventory_names(key: str, model, family_checkpoint) -> None:
     hf, config = model(key)
     names = {t.megatron_name for t in inventory_from_config(family_checkpoint(key))}
-    assert set(hf_to_megatron(hf, key, config)) == names
+    assert set(hf_to_megatron(hf, FAMILY_OF[key], config)) == names
 
 
 @pytest.mark.parametrize("key", MEGATRON_KEYS)
@@ -123,8 +132,8 @@ def test_expert_parallel_shards_reassemble(key: str, model) -> None:
     hf, config = model(key)
     merged: dict[str, torch.Tensor] = {}
     for rank in range(2):
-        shard = hf_to_megatron(hf, key, config, ep_rank=rank, ep_size=2)
-        for name, tensor in megatron_to_hf(shard, key, config, ep_rank=rank, ep_size=2).items():
+        shard = hf_to_megatron(hf, FAMILY_OF[key], config, ep_rank=rank, ep_size=2)
+        for name, tensor in megatron_to_hf(shard, FAMILY_OF[key], config, ep_rank=rank, ep_size=2).items():
             if name in merged:  # replicated over EP
                 assert_bytes_equal(tensor, merged[name])
             merged[name] = tensor
@@ -203,7 +212,7 @@ def test_qwen3_next_roles_and_mtp_names(family_checkpoint) -> None:
 @pytest.mark.parametrize(("contract", "dialect"), CASES)
 @pytest.mark.parametrize("key", ALL_KEYS)
 def test_conversion_verifies_against_the_source(key, contract, dialect, family_converted, family_checkpoint) -> None:
-    out = family_converted(key, dialect, contract)
+    out = family_converted(key, dialect, _contract(key, contract))
     report = verify_checkpoint(out, source=family_checkpoint(key))
     assert report.ok, report
     decisions = inventory_from_config(family_checkpoint(key))
@@ -214,16 +223,12 @@ def test_conversion_verifies_against_the_source(key, contract, dialect, family_c
     assert experts and all(f"{t.name.removesuffix('.weight')}.{scale}" in tensors for t in experts)
 
 
-def _load_in_transformers(directory: Path, key: str, scratch: Path) -> Any:
-    if key == "gpt_oss":  # transformers reads gpt-oss experts fused only
-        scratch.mkdir()
-        shutil.copy(directory / "config.json", scratch / "config.json")
-        experts = load_config(directory)["num_local_experts"]
-        save_file(fuse_gpt_oss(_tensors(directory), experts), str(scratch / "model.safetensors"))
-        directory = scratch
+def _load_in_transformers(directory: Path, scratch: Path) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            transformers_view(directory, scratch), dtype=torch.bfloat16
+        ).eval()
 
 
 def _logits(model: Any) -> torch.Tensor:
@@ -233,18 +238,20 @@ def _logits(model: Any) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    ("contract", "dialect", "floor"), [(NVFP4_EXPERTS, "modelopt", 0.98), (MXFP8_ALL, "sglang-mxfp8", 0.99)]
+    ("contract", "dialect", "floor"), [(NVFP4_EXPERTS, "modelopt", 0.98), ("mxfp8", "sglang-mxfp8", 0.99)]
 )
 @pytest.mark.parametrize("key", ALL_KEYS)
 def test_dequantized_output_loads_in_transformers_with_close_logits(
     key, contract, dialect, floor, family_converted, family_checkpoint, tmp_path
 ) -> None:
-    reference = _logits(_load_in_transformers(family_checkpoint(key), key, tmp_path / "source"))
+    contract = _contract(key, contract)
+    reference = _logits(_load_in_transformers(family_checkpoint(key), tmp_path / "source"))
     dequantize_checkpoint(family_converted(key, dialect, contract), tmp_path / "bf16")
-    logits = _logits(_load_in_transformers(tmp_path / "bf16", key, tmp_path / "fused"))
+    logits = _logits(_load_in_transformers(tmp_path / "bf16", tmp_path / "view"))
     cosine = torch.nn.functional.cosine_similarity(logits.flatten(), reference.flatten(), dim=0).item()
     relative = ((logits - reference).norm() / reference.norm()).item()
-    print(f"{key} {contract.stem} via {dialect} -> dequantized BF16 vs BF16: cosine {cosine:.5f}, rel {relative:.4f}")
+    name = Path(contract).stem
+    print(f"{key} {name} via {dialect} -> dequantized BF16 vs BF16: cosine {cosine:.5f}, rel {relative:.4f}")
     assert relative > 0  # something was quantized
     assert cosine >= floor
 
@@ -260,9 +267,10 @@ def _without_input_scales(tensors: dict[str, torch.Tensor]) -> dict[str, torch.T
 @pytest.mark.parametrize("key", MEGATRON_KEYS)
 def test_export_hf_equals_the_converted_checkpoint_and_validates(key, contract, dialect, model, family_converted):
     hf, config = model(key)
-    megatron = hf_to_megatron(hf, key, config, expert_layout="sequential")
-    exported = dict(export_hf(megatron.items(), contract=contract, family=key, config=config, dialect=dialect))
+    family, contract = FAMILY_OF[key], _contract(key, contract)
+    megatron = hf_to_megatron(hf, family, config, expert_layout="sequential")
+    exported = dict(export_hf(megatron.items(), contract=contract, family=family, config=config, dialect=dialect))
     _assert_same_state(exported, _without_input_scales(_tensors(family_converted(key, dialect, contract))))
     for master in (hf, megatron):
-        report = validate_export(exported, master, contract=contract, family=key, config=config, dialect=dialect)
+        report = validate_export(exported, master, contract=contract, family=family, config=config, dialect=dialect)
         assert report.ok, report.findings[:3]

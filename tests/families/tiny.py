@@ -15,6 +15,9 @@ the published layout, with real transformers names and shapes:
 - ``qwen3_next``: the MTP module ``mtp.*`` (inner full-attention MoE layer from a deeper model,
   ``fc`` ``[H, 2H]`` and three norms drawn).
 
+``kimi_k2`` is a DeepSeek-V3 model saved with Kimi-K2's ``model_type: kimi_k2`` (transformers has
+no class of that name; :func:`transformers_view` points a copy back at DeepSeek-V3's for loading).
+
 ``gpt_oss``: transformers saves gpt-oss experts fused (``mlp.experts.gate_up_proj`` ``[E, H, 2I]``,
 gate and up interleaved on the last axis, and ``down_proj`` ``[E, I, H]``), which is also the
 published BF16 layout. :func:`unfuse_gpt_oss` turns that save into the per-expert layout the
@@ -108,6 +111,31 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
             "sliding_window": 16,
         },
     ),
+    # Kimi-K2 is DeepSeek-V3 (MLA with q-LoRA, one dense layer, a shared expert, no MTP layer); its
+    # config names the DeepSeek-V3 architecture with model_type kimi_k2, set after saving.
+    "kimi_k2": (
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        {
+            **_BASE,
+            "num_hidden_layers": 3,
+            "num_key_value_heads": 4,
+            "intermediate_size": 96,
+            "moe_intermediate_size": 32,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 2,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 1,
+            "q_lora_rank": 32,
+            "kv_lora_rank": 32,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 16,
+            "v_head_dim": 16,
+            "num_nextn_predict_layers": 0,
+        },
+    ),
     # Three gated-delta-net layers then one gated full-attention layer (the published 3:1 pattern).
     "qwen3_next": (
         "Qwen3NextConfig",
@@ -127,6 +155,10 @@ FAMILY_MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
         },
     ),
 }
+
+
+#: The fp4convert family of each tiny model.
+FAMILY_OF = {key: key for key in FAMILY_MODELS} | {"kimi_k2": "deepseek_v3"}
 
 
 def _vary_constants(model: torch.nn.Module, seed: int) -> None:
@@ -237,6 +269,24 @@ def fuse_gpt_oss(tensors: dict[str, torch.Tensor], num_experts: int) -> dict[str
     return out
 
 
+def transformers_view(directory: Path, scratch: Path) -> Path:
+    """A folder transformers loads for the checkpoint in ``directory``: the folder itself, or (gpt-oss:
+    experts fused back; Kimi-K2: model_type deepseek_v3) a copy in ``scratch``."""
+    config = json.loads((directory / "config.json").read_text())
+    if config["model_type"] not in ("gpt_oss", "kimi_k2"):
+        return directory
+    scratch.mkdir(parents=True)
+    tensors: dict[str, torch.Tensor] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        tensors.update(load_file(str(path)))
+    if config["model_type"] == "gpt_oss":
+        tensors = fuse_gpt_oss(tensors, config["num_local_experts"])
+    config["model_type"] = "deepseek_v3" if config["model_type"] == "kimi_k2" else config["model_type"]
+    (scratch / "config.json").write_text(json.dumps(config))
+    save_file(tensors, str(scratch / "model.safetensors"), metadata={"format": "pt"})
+    return scratch
+
+
 def build_family_checkpoint(key: str, directory: Path, seed: int = 0) -> Path:
     """Write tiny family ``key`` into ``directory`` (see the module docstring); return the directory."""
     build_model(key, seed).save_pretrained(str(directory))
@@ -249,5 +299,7 @@ def build_family_checkpoint(key: str, directory: Path, seed: int = 0) -> Path:
         _append_qwen3_next_mtp(tensors, config, key, seed)
     elif key == "gpt_oss":
         tensors = unfuse_gpt_oss(tensors)
+    elif key == "kimi_k2":
+        (directory / "config.json").write_text(json.dumps({**config, "model_type": "kimi_k2"}, indent=2))
     save_file(tensors, str(path), metadata={"format": "pt"})
     return directory
