@@ -188,6 +188,15 @@ def test_qwen3_next_refuses_megatron_both_ways_with_the_reason(model, family_che
     with pytest.raises(MappingError, match=reason):
         import_hf(family_checkpoint("qwen3_next"), tmp_path / "megatron")
     assert not (tmp_path / "megatron").exists()
+    with pytest.raises(MappingError, match=reason):  # a Megatron-named master
+        validate_export({}, megatron, contract=NVFP4_EXPERTS, family="qwen3_next", config=config)
+
+
+def test_qwen3_next_live_update_validates_against_an_hf_master(model, family_converted) -> None:
+    hf, config = model("qwen3_next")
+    update = _without_input_scales(_tensors(family_converted("qwen3_next", "modelopt", NVFP4_EXPERTS)))
+    report = validate_export(update, hf, contract=NVFP4_EXPERTS, family="qwen3_next", config=config)
+    assert report.ok and report.formats["nvfp4"] > 0, report.findings[:3]
 
 
 def test_qwen3_next_roles_and_mtp_names(family_checkpoint) -> None:
