@@ -12,7 +12,8 @@ Nothing of Megatron's arithmetic is replaced.
 Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT``. Writes into OUT:
 
 - ``named_parameters.safetensors`` plus ``order.json``: ``model.named_parameters()`` of the BF16 model
-  after ``load_state_dict(strict=True)``, names as the live model spells them, in its order;
+  after ``load_state_dict(strict=True)`` (then the routers' ``expert_bias`` buffers), names as the
+  live model spells them, in its order;
 - ``logits.safetensors``: float32 logits of Megatron (``megatron``) and of transformers
   (``transformers``) on the same prompt, both models in float32 from the same BF16 weights.
 """
@@ -80,26 +81,52 @@ def _config(hf: dict, dtype):
         "gradient_accumulation_fusion": False,
     }
     model_type = hf["model_type"]
-    if model_type in ("llama", "qwen3", "qwen3_moe"):
-        kwargs["num_query_groups"] = hf.get("num_key_value_heads", heads)
-        kwargs["kv_channels"] = hf.get("head_dim") or hf["hidden_size"] // heads
-    if model_type in ("qwen3", "qwen3_moe"):
+    layers = hf["num_hidden_layers"]
+    kwargs["num_query_groups"] = hf.get("num_key_value_heads", heads)
+    kwargs["kv_channels"] = hf.get("head_dim") or hf["hidden_size"] // heads
+    if model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe" and hf.get("use_qk_norm")):
         kwargs["qk_layernorm"] = True
-    if model_type == "qwen3_moe":
-        experts = hf.get("num_experts") or hf["num_local_experts"]
+    if model_type == "qwen2_moe":
+        kwargs["add_qkv_bias"] = bool(hf.get("qkv_bias", True))
+    moe = {
+        "moe_router_topk": hf.get("num_experts_per_tok"),
+        "moe_token_dispatcher_type": "allgather",
+        "moe_router_load_balancing_type": "none",
+        "moe_aux_loss_coeff": 0.0,
+        "moe_router_dtype": "fp32",
+    }
+    if model_type in ("qwen3_moe", "qwen2_moe"):
         sparse = hf.get("decoder_sparse_step", 1)
         dense = set(hf.get("mlp_only_layers", []))
-        kwargs |= {
-            "num_moe_experts": experts,
+        kwargs |= moe | {
+            "num_moe_experts": hf.get("num_experts") or hf["num_local_experts"],
             "moe_ffn_hidden_size": hf["moe_intermediate_size"],
-            "moe_router_topk": hf["num_experts_per_tok"],
             "moe_router_score_function": "softmax",
             "moe_router_pre_softmax": not hf.get("norm_topk_prob", True),
-            "moe_token_dispatcher_type": "allgather",
-            "moe_router_load_balancing_type": "none",
-            "moe_aux_loss_coeff": 0.0,
-            "moe_layer_freq": [int(i not in dense and (i + 1) % sparse == 0) for i in range(hf["num_hidden_layers"])],
-            "moe_router_dtype": "fp32",
+            "moe_layer_freq": [int(i not in dense and (i + 1) % sparse == 0) for i in range(layers)],
+        }
+    if model_type == "qwen2_moe":  # one shared expert scaled by sigmoid(shared_expert_gate(x))
+        kwargs["moe_shared_expert_intermediate_size"] = hf["shared_expert_intermediate_size"]
+        kwargs["moe_shared_expert_gate"] = True
+    if model_type == "mixtral":  # softmax over the top-k logits = Mixtral's renormalised top-k softmax
+        kwargs |= moe | {
+            "num_moe_experts": hf["num_local_experts"],
+            "moe_ffn_hidden_size": hf["intermediate_size"],
+            "moe_router_score_function": "softmax",
+            "moe_router_pre_softmax": False,
+        }
+    if model_type == "glm4_moe":  # sigmoid scores, bias-corrected choice, normalised top-k weights
+        first_dense = hf["first_k_dense_replace"]
+        kwargs |= moe | {
+            "num_moe_experts": hf["n_routed_experts"],
+            "moe_ffn_hidden_size": hf["moe_intermediate_size"],
+            "moe_shared_expert_intermediate_size": hf["moe_intermediate_size"] * hf["n_shared_experts"],
+            "moe_router_score_function": "sigmoid",
+            "moe_router_enable_expert_bias": True,
+            "moe_router_topk_scaling_factor": hf.get("routed_scaling_factor", 1.0),
+            "moe_router_pre_softmax": False,
+            "moe_layer_freq": [int(i >= first_dense) for i in range(layers)],
+            "add_qkv_bias": bool(hf.get("attention_bias", False)),
         }
     return TransformerConfig(**kwargs)
 
@@ -114,7 +141,9 @@ def _model(hf: dict, dtype):
     else:
         spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm)
     rope = hf.get("rope_parameters") or {}
+    rotary_percent = rope.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))  # GLM: 0.5
     return GPTModel(
+        rotary_percent=float(rotary_percent),
         config=config,
         transformer_layer_spec=spec,
         vocab_size=hf["vocab_size"],
@@ -142,7 +171,9 @@ def main() -> int:
     expected = {name for name in model.state_dict() if not name.endswith("._extra_state")}
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     model.load_state_dict(state, strict=True)  # raises on any missing or unexpected name
-    named = list(model.named_parameters())
+    # The router's aux-loss-free expert_bias is a persistent buffer, not a parameter; RL exporters
+    # send it with the parameters (Miles' named_params_and_buffers), so it follows them here.
+    named = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n.endswith(".expert_bias")]
     save_file({n: p.detach().contiguous() for n, p in named}, str(out / "named_parameters.safetensors"))
     (out / "order.json").write_text(
         json.dumps({"order": [n for n, _ in named], "missing": missing, "unexpected": unexpected})

@@ -1,16 +1,21 @@
 """Megatron-Core (0.16.1, its own venv) builds a real GPTModel on the CPU that loads ``to-megatron`` output.
 
 For each family Megatron-Core's local spec builds here (Llama; Qwen3 with tied and with untied
-embeddings; Qwen3-MoE with SequentialMLP experts and a dense layer) ``megatron_probe.py`` builds the
+embeddings; Qwen3-MoE with SequentialMLP experts and a dense layer; Mixtral; Qwen2-MoE with its
+gated shared expert, q/k/v biases and a dense layer; GLM-4.5 with q/k/v biases, q/k norm, a dense
+first layer, shared experts and sigmoid routing with the expert bias) ``megatron_probe.py`` builds the
 ``GPTModel``, loads the output of ``to-megatron --spec local --megatron-version 0.16.1`` with
 ``load_state_dict(strict=True)``, and computes logits that must equal transformers' to 1e-4 (both in
 float32 from the same BF16 weights). Then ``export_hf`` over that live model's ``named_parameters()``
 (names and bytes as the model holds them, in its order) must equal what ``fp4convert convert``
 writes, byte for byte.
 
-Not covered here: DeepSeek-V3 (MLA), whose local DotProductAttention rejects MLA's separate
-k/v head sizes on Megatron-Core 0.16 without further shims; and Megatron-Core 0.17+ (Python 3.12
-only, with no CPU torch wheel for it on these machines). Their spellings are tested without the
+Not covered here: DeepSeek-V3 / Kimi-K2 (MLA), whose local DotProductAttention rejects MLA's
+separate k/v head sizes on Megatron-Core 0.16 without further shims; GLM-4.5's MTP layer; MiniMax-M2
+(its full-width q/k norm is Megatron-Bridge's layer spec, not Megatron-Core's); gpt-oss (learnable
+softmax offsets, clamped biased SwiGLU and sliding windows beyond this probe); Qwen3-Next (no
+Megatron mapping); and Megatron-Core 0.17+ (Python 3.12 only, with no CPU torch wheel for it on
+these machines). Their spellings are tested without the
 engine in tests/families/test_spelling.py.
 """
 
@@ -24,7 +29,9 @@ import torch
 from _helpers import NVFP4_EXPERTS, assert_bytes_equal
 from conftest import _build_model
 from engines.envs import engine_python, run_in_env
-from safetensors.torch import load_file
+from families.tiny import FAMILY_MODELS
+from families.tiny import build_model as build_family_model
+from safetensors.torch import load_file, save_file
 
 from fp4convert import convert_checkpoint, export_hf
 from fp4convert.families import MegatronSpelling, load_config
@@ -34,13 +41,32 @@ HERE = Path(__file__).parent
 DENSE_CONTRACT = HERE / "data" / "nvfp4-linears-per-token.yaml"
 LOCAL_016 = MegatronSpelling.parse("local", megatron_version="0.16.1")
 
-#: case -> (tiny model key, config overrides, contract, family)
+#: case -> (tiny model key, config overrides, contract, family); keys of tests/conftest.py's models,
+#: or of tests/families/tiny.py's for the families added with issue 12.
 CASES = {
     "llama": ("llama", {}, DENSE_CONTRACT, "llama"),
     "qwen3-tied": ("qwen3", {}, DENSE_CONTRACT, "qwen3"),
     "qwen3-untied": ("qwen3", {"tie_word_embeddings": False}, DENSE_CONTRACT, "qwen3"),
     "qwen3-moe-sequential": ("qwen3_moe", {}, NVFP4_EXPERTS, "qwen3_moe"),
+    "mixtral": ("mixtral", {}, NVFP4_EXPERTS, "mixtral"),
+    "qwen2-moe-shared-gate": ("qwen2_moe", {}, NVFP4_EXPERTS, "qwen2_moe"),
+    # GLM-4.5 without its MTP layer (Megatron-Core 0.16's MTP block is not built here).
+    "glm4-moe": ("glm4_moe", {"num_nextn_predict_layers": 0}, NVFP4_EXPERTS, "glm4_moe"),
 }
+
+
+def _routers_in_bf16(source: Path) -> None:
+    """GLM's published router weights are BF16; transformers keeps (and saves) them in float32, which a
+    BF16 Megatron-Core router would round. Store them as published."""
+    path = source / "model.safetensors"
+    tensors = load_file(str(path))
+    for name in [n for n in tensors if n.endswith(".mlp.gate.weight")]:
+        tensors[name] = tensors[name].to(torch.bfloat16)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def _build(key: str, **overrides: object) -> torch.nn.Module:
+    return build_family_model(key, 0, **overrides) if key in FAMILY_MODELS else _build_model(key, 0, **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +85,9 @@ def _read(directory: Path) -> dict[str, torch.Tensor]:
 def test_real_gpt_model_loads_to_megatron_output_and_exports_the_converter_bytes(case, megatron_env, tmp_path) -> None:
     key, overrides, contract, family = CASES[case]
     source = tmp_path / "hf"
-    _build_model(key, 0, **overrides).save_pretrained(str(source))
+    _build(key, **overrides).save_pretrained(str(source))
+    if family == "glm4_moe":
+        _routers_in_bf16(source)
     megatron_dir = tmp_path / "megatron"
     import_hf(source, megatron_dir, spelling=LOCAL_016)
 
