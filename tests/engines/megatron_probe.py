@@ -9,7 +9,9 @@ is made on "cuda"), MoE layers use the ``allgather`` token dispatcher, and 0.16.
 TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None.
 Nothing of Megatron's arithmetic is replaced.
 
-Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT``. Writes into OUT:
+Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT [REFERENCE_DIR]`` (REFERENCE_DIR: the folder
+transformers loads for the reference logits, when HF_DIR is in a layout it cannot read; default
+HF_DIR). Writes into OUT:
 
 - ``named_parameters.safetensors`` plus ``order.json``: ``model.named_parameters()`` of the BF16 model
   after ``load_state_dict(strict=True)`` (then the routers' ``expert_bias`` buffers), names as the
@@ -128,6 +130,22 @@ def _config(hf: dict, dtype):
             "moe_layer_freq": [int(i >= first_dense) for i in range(layers)],
             "add_qkv_bias": bool(hf.get("attention_bias", False)),
         }
+    if model_type == "gpt_oss":  # Megatron-Bridge gpt_oss_bridge.py's settings
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kwargs |= moe | {
+            "num_moe_experts": hf["num_local_experts"],
+            "moe_ffn_hidden_size": hf["intermediate_size"],
+            "moe_router_score_function": "softmax",
+            "moe_router_pre_softmax": False,
+            "add_bias_linear": True,
+            "add_qkv_bias": True,
+            "activation_func": quick_gelu,  # x * sigmoid(1.702 x), gpt-oss's swiglu_alpha
+            "glu_linear_offset": 1.0,
+            "activation_func_clamp_value": hf["swiglu_limit"],
+            "bias_activation_fusion": False,
+            "softmax_type": "learnable",
+        }
     return TransformerConfig(**kwargs)
 
 
@@ -159,6 +177,7 @@ def main() -> int:
     from safetensors.torch import load_file, save_file
 
     hf_dir, megatron_dir, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    reference_dir = Path(sys.argv[4]) if len(sys.argv) > 4 else hf_dir
     out.mkdir(parents=True, exist_ok=True)
     hf = json.loads((hf_dir / "config.json").read_text())
     _init()
@@ -190,7 +209,7 @@ def main() -> int:
         logits = model(tokens, positions, attention_mask=causal)
     import transformers
 
-    reference = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(reference_dir), dtype=torch.float32).eval()
     with torch.no_grad():
         expected_logits = reference(tokens).logits
     save_file(

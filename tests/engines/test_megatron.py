@@ -22,6 +22,7 @@ engine in tests/families/test_spelling.py.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ import torch
 from _helpers import NVFP4_EXPERTS, assert_bytes_equal
 from conftest import _build_model
 from engines.envs import engine_python, run_in_env
-from families.tiny import FAMILY_MODELS
+from families.tiny import FAMILY_MODELS, unfuse_gpt_oss
 from families.tiny import build_model as build_family_model
 from safetensors.torch import load_file, save_file
 
@@ -52,6 +53,14 @@ CASES = {
     "qwen2-moe-shared-gate": ("qwen2_moe", {}, NVFP4_EXPERTS, "qwen2_moe"),
     # GLM-4.5 without its MTP layer (Megatron-Core 0.16's MTP block is not built here).
     "glm4-moe": ("glm4_moe", {"num_nextn_predict_layers": 0}, NVFP4_EXPERTS, "glm4_moe"),
+    # gpt-oss with plain RoPE (YaRN is a position-embedding choice, not a weight) and a prompt shorter
+    # than its sliding window, so every layer attends alike.
+    "gpt-oss": (
+        "gpt_oss",
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 150000.0}},
+        NVFP4_EXPERTS,
+        "gpt_oss",
+    ),
 }
 
 
@@ -63,6 +72,12 @@ def _routers_in_bf16(source: Path) -> None:
     for name in [n for n in tensors if n.endswith(".mlp.gate.weight")]:
         tensors[name] = tensors[name].to(torch.bfloat16)
     save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def _unfuse_in_place(source: Path) -> None:
+    """gpt-oss experts one tensor per projection, the layout the family names (tests/families/tiny.py)."""
+    path = source / "model.safetensors"
+    save_file(unfuse_gpt_oss(load_file(str(path))), str(path), metadata={"format": "pt"})
 
 
 def _build(key: str, **overrides: object) -> torch.nn.Module:
@@ -86,12 +101,18 @@ def test_real_gpt_model_loads_to_megatron_output_and_exports_the_converter_bytes
     key, overrides, contract, family = CASES[case]
     source = tmp_path / "hf"
     _build(key, **overrides).save_pretrained(str(source))
+    reference: list[str] = []
     if family == "glm4_moe":
         _routers_in_bf16(source)
+    if family == "gpt_oss":  # transformers reads the fused original; fp4convert the per-expert layout
+        reference = [str(tmp_path / "hf-fused")]
+        shutil.copytree(source, reference[0])
+        _unfuse_in_place(source)
     megatron_dir = tmp_path / "megatron"
     import_hf(source, megatron_dir, spelling=LOCAL_016)
 
-    done = run_in_env("megatron", HERE / "megatron_probe.py", str(source), str(megatron_dir), str(tmp_path / "out"))
+    probe = [str(source), str(megatron_dir), str(tmp_path / "out"), *reference]
+    done = run_in_env("megatron", HERE / "megatron_probe.py", *probe)
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-6000:]}"
     order = json.loads((tmp_path / "out" / "order.json").read_text())
     assert order["missing"] == [] and order["unexpected"] == []
