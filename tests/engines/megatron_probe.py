@@ -5,8 +5,10 @@ nothing from fp4convert. Megatron-Core 0.16.1 builds its local (non-TransformerE
 CPU under a one-process gloo group with small shims: ``torch.cuda.current_device`` answers "cpu"
 (the model's constructors ask for it even with ``use_cpu_initialization``), the RNG tracker's
 ``fork`` is a no-op (it guards dropout, which is 0), the causal mask is passed in (the default one
-is made on "cuda"), MoE layers use the ``allgather`` token dispatcher, and 0.16.1's undefined
-TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None.
+is made on "cuda"), MoE layers use the ``allgather`` token dispatcher, 0.16.1's undefined
+TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None, and
+for MLA the local ``DotProductAttention`` accepts the ``k_channels`` / ``v_channels`` MLA passes (and
+sizes its output by ``v_channels``) while MLA's TransformerEngine flag is corrected to "absent".
 Nothing of Megatron's arithmetic is replaced.
 
 Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT [REFERENCE_DIR]`` (REFERENCE_DIR: the folder
@@ -52,11 +54,32 @@ def _init() -> None:
     # 0.16.1 names TransformerEngine's GEMM in the fp32 router without defining it when TE is absent.
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    # MLA builds its core attention with k_channels / v_channels (q/k heads of nope + rope dims, v heads
+    # of v_head_dim), which 0.16.1's local DotProductAttention does not take: its matmuls already
+    # follow the tensors' head sizes, only the output width (heads x v_head_dim) has to be told.
+    plain_init = DotProductAttention.__init__
+
+    def init_with_channels(self, *args, k_channels=None, v_channels=None, **kwargs):  # type: ignore[no-untyped-def]
+        plain_init(self, *args, **kwargs)
+        if v_channels is not None:
+            self.hidden_size_per_partition = v_channels * self.num_attention_heads_per_partition
+
+    DotProductAttention.__init__ = init_with_channels
+    # 0.16.1's MLA believes TransformerEngine is present when its TE-less extension module imports
+    # (which stands mock classes in for TE's), then tests isinstance against the mock TELinear.
+    import importlib.util
+
+    from megatron.core.transformer import multi_latent_attention
+
+    if importlib.util.find_spec("transformer_engine") is None:
+        multi_latent_attention.HAVE_TE = False
 
 
 def _config(hf: dict, dtype):
     import torch
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     heads = hf["num_attention_heads"]
     kwargs = {
@@ -130,6 +153,32 @@ def _config(hf: dict, dtype):
             "moe_layer_freq": [int(i >= first_dense) for i in range(layers)],
             "add_qkv_bias": bool(hf.get("attention_bias", False)),
         }
+    if model_type in ("deepseek_v3", "kimi_k2"):  # MLA with q-LoRA; sigmoid routing with expert bias
+        first_dense = hf["first_k_dense_replace"]
+        rope = hf.get("rope_parameters") or {}
+        kwargs |= moe | {
+            "num_query_groups": heads,
+            "kv_channels": None,
+            "qk_layernorm": True,  # MLA's q_layernorm / kv_layernorm
+            "q_lora_rank": hf["q_lora_rank"],
+            "kv_lora_rank": hf["kv_lora_rank"],
+            "qk_head_dim": hf["qk_nope_head_dim"],
+            "qk_pos_emb_head_dim": hf["qk_rope_head_dim"],
+            "v_head_dim": hf["v_head_dim"],
+            "rope_type": "rope",
+            "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000))),
+            "num_moe_experts": hf["n_routed_experts"],
+            "moe_ffn_hidden_size": hf["moe_intermediate_size"],
+            "moe_shared_expert_intermediate_size": hf["moe_intermediate_size"] * hf["n_shared_experts"],
+            "moe_router_score_function": "sigmoid",
+            "moe_router_enable_expert_bias": True,
+            "moe_router_topk_scaling_factor": hf.get("routed_scaling_factor", 1.0),
+            "moe_router_num_groups": hf.get("n_group"),
+            "moe_router_group_topk": hf.get("topk_group"),
+            "moe_router_pre_softmax": False,
+            "moe_layer_freq": [int(i >= first_dense) for i in range(layers)],
+        }
+        return MLATransformerConfig(**kwargs)
     if model_type == "gpt_oss":  # Megatron-Bridge gpt_oss_bridge.py's settings
         from megatron.core.fusions.fused_bias_geglu import quick_gelu
 

@@ -3,19 +3,19 @@
 For each family Megatron-Core's local spec builds here (Llama; Qwen3 with tied and with untied
 embeddings; Qwen3-MoE with SequentialMLP experts and a dense layer; Mixtral; Qwen2-MoE with its
 gated shared expert, q/k/v biases and a dense layer; GLM-4.5 with q/k/v biases, q/k norm, a dense
-first layer, shared experts and sigmoid routing with the expert bias) ``megatron_probe.py`` builds the
+first layer, shared experts and sigmoid routing with the expert bias; DeepSeek-V3's MLA as Kimi-K2
+configures it (q-LoRA, one dense layer, a shared expert) and without q-LoRA; gpt-oss with learnable
+softmax offsets, biased experts and the clamped quick-GELU GLU) ``megatron_probe.py`` builds the
 ``GPTModel``, loads the output of ``to-megatron --spec local --megatron-version 0.16.1`` with
 ``load_state_dict(strict=True)``, and computes logits that must equal transformers' to 1e-4 (both in
 float32 from the same BF16 weights). Then ``export_hf`` over that live model's ``named_parameters()``
-(names and bytes as the model holds them, in its order) must equal what ``fp4convert convert``
-writes, byte for byte.
+(names and bytes as the model holds them, in its order, plus the routers' ``expert_bias`` buffers)
+must equal what ``fp4convert convert`` writes, byte for byte.
 
-Not covered here: DeepSeek-V3 / Kimi-K2 (MLA), whose local DotProductAttention rejects MLA's
-separate k/v head sizes on Megatron-Core 0.16 without further shims; GLM-4.5's MTP layer; MiniMax-M2
-(its full-width q/k norm is Megatron-Bridge's layer spec, not Megatron-Core's); gpt-oss (learnable
-softmax offsets, clamped biased SwiGLU and sliding windows beyond this probe); Qwen3-Next (no
-Megatron mapping); and Megatron-Core 0.17+ (Python 3.12 only, with no CPU torch wheel for it on
-these machines). Their spellings are tested without the
+Not covered here: the MTP layers (DeepSeek-V3's, GLM-4.5's; Megatron-Core 0.16's MTP block is not
+built by this probe); MiniMax-M2 (its full-width q/k norm is Megatron-Bridge's layer spec, not
+Megatron-Core's); Qwen3-Next (no Megatron mapping); and Megatron-Core 0.17+ (Python 3.12 only, with
+no CPU torch wheel for it on these machines). Their spellings are tested without the
 engine in tests/families/test_spelling.py.
 """
 
@@ -30,7 +30,7 @@ import torch
 from _helpers import NVFP4_EXPERTS, assert_bytes_equal
 from conftest import _build_model
 from engines.envs import engine_python, run_in_env
-from families.tiny import FAMILY_MODELS, unfuse_gpt_oss
+from families.tiny import FAMILY_MODELS, transformers_view, unfuse_gpt_oss
 from families.tiny import build_model as build_family_model
 from safetensors.torch import load_file, save_file
 
@@ -55,6 +55,9 @@ CASES = {
     "glm4-moe": ("glm4_moe", {"num_nextn_predict_layers": 0}, NVFP4_EXPERTS, "glm4_moe"),
     # gpt-oss with plain RoPE (YaRN is a position-embedding choice, not a weight) and a prompt shorter
     # than its sliding window, so every layer attends alike.
+    # Kimi-K2 is DeepSeek-V3's architecture: MLA with q-LoRA, a dense first layer, a shared expert.
+    "kimi-k2-mla": ("kimi_k2", {}, NVFP4_EXPERTS, "deepseek_v3"),
+    "deepseek-v3-mla-no-q-lora": ("deepseek_v3_no_q_lora", {}, NVFP4_EXPERTS, "deepseek_v3"),
     "gpt-oss": (
         "gpt_oss",
         {"rope_parameters": {"rope_type": "default", "rope_theta": 150000.0}},
@@ -65,8 +68,8 @@ CASES = {
 
 
 def _routers_in_bf16(source: Path) -> None:
-    """GLM's published router weights are BF16; transformers keeps (and saves) them in float32, which a
-    BF16 Megatron-Core router would round. Store them as published."""
+    """GLM's and DeepSeek's published router weights are BF16; transformers keeps (and saves) them in
+    float32, which a BF16 Megatron-Core router would round. Store them as published."""
     path = source / "model.safetensors"
     tensors = load_file(str(path))
     for name in [n for n in tensors if n.endswith(".mlp.gate.weight")]:
@@ -102,12 +105,16 @@ def test_real_gpt_model_loads_to_megatron_output_and_exports_the_converter_bytes
     source = tmp_path / "hf"
     _build(key, **overrides).save_pretrained(str(source))
     reference: list[str] = []
-    if family == "glm4_moe":
+    if family in ("glm4_moe", "deepseek_v3"):
         _routers_in_bf16(source)
     if family == "gpt_oss":  # transformers reads the fused original; fp4convert the per-expert layout
         reference = [str(tmp_path / "hf-fused")]
         shutil.copytree(source, reference[0])
         _unfuse_in_place(source)
+    if key == "kimi_k2":  # saved as Kimi-K2 names it (model_type kimi_k2); transformers reads DeepSeek-V3
+        config_path = source / "config.json"
+        config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "model_type": "kimi_k2"}))
+        reference = [str(transformers_view(source, tmp_path / "hf-deepseek"))]
     megatron_dir = tmp_path / "megatron"
     import_hf(source, megatron_dir, spelling=LOCAL_016)
 
