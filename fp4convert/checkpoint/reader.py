@@ -1,8 +1,9 @@
 """Read a source checkpoint's tensors once, and hash its files on the way.
 
 :class:`SourceReader` serves a source's logical tensors by name (one file descriptor per shard,
-one positional read per stored range, no mmap; quantized and fused sources decoded on the way) and computes every shard's sha256 from the bytes it reads anyway, so the
-manifest's source hashes cost no second pass over the source in the usual, front-to-back order.
+one positional read per stored range, no mmap; quantized and fused sources decoded on the way)
+and computes every shard's sha256 from the bytes it reads anyway, so the manifest's source hashes
+cost no second pass over the source in the usual, front-to-back order.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.decode.read import SourceDecoder
+from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
 

@@ -27,7 +27,7 @@ from fp4convert.contract.decision import Decision
 from fp4convert.contract.footprint import storage_bytes
 from fp4convert.inventory import TensorInfo
 
-__all__ = ["MXFP4_CAST", "MXFP4_CAST_NOTE", "Lossless", "base_source_format", "lossless", "source_notes"]
+__all__ = ["MXFP4_CAST", "MXFP4_CAST_NOTE", "UNDECIDED", "Lossless", "base_source_format", "lossless", "source_notes"]
 
 #: the quantizer profile of ModelOpt's lossless MXFP4 -> NVFP4 cast (fp4convert.formats.profiles)
 MXFP4_CAST = "mxfp4-cast"
@@ -56,6 +56,10 @@ class Lossless:
     why: str
 
 
+#: the verdict of a planned tensor nobody has judged (a plan built by hand)
+UNDECIDED = Lossless(None, "")
+
+
 def base_source_format(info: TensorInfo) -> str:
     """The element encoding of a tensor's source, without its fused-container suffix (``dense``
     when no checkpoint was read).
@@ -70,12 +74,12 @@ def base_source_format(info: TensorInfo) -> str:
 def lossless(info: TensorInfo, decision: Decision, profile: str) -> Lossless:
     """Whether ``info`` converted under ``decision`` (and NVFP4 ``profile``) is lossless (see the module docstring).
 
-    Example:
-        >>> from fp4convert.contract.decision import Decision
-from fp4convert.contract.footprint import storage_bytes
-        >>> w = TensorInfo("w", (128, 128), source_format="fp8-block-ue8m0", gemm_weight=True)
-        >>> lossless(w, Decision("w", "mxfp8", None, "rules[0]", "", ()), "te").lossless
-        True
+        Example:
+            >>> from fp4convert.contract.decision import Decision
+    from fp4convert.contract.footprint import storage_bytes
+            >>> w = TensorInfo("w", (128, 128), source_format="fp8-block-ue8m0", gemm_weight=True)
+            >>> lossless(w, Decision("w", "mxfp8", None, "rules[0]", "", ()), "te").lossless
+            True
     """
     source = base_source_format(info)
     fmt = decision.format

@@ -2,7 +2,8 @@
 
 The manifest embeds the contract and its hash, the fp4convert version and quantizer profile, the
 source files' sha256, the source's formats and dequantizers, and for every source tensor its
-decision, its source format, whether it is lossless (and why) and the sha256 of each output tensor. Its file name, version and reader are :mod:`fp4convert.checkpoint.manifest`; ``verify``
+decision, its source format, whether it is lossless (and why) and the sha256 of each output
+tensor. Its file name, version and reader are :mod:`fp4convert.checkpoint.manifest`; ``verify``
 and ``publish`` read it; it is written last, so its presence marks a finished conversion.
 """
 

@@ -11,8 +11,9 @@ byte for byte.
 
 Streaming with bounded memory: one Megatron tensor's HF pieces are read, fused and written before
 the next. An FP8 or MXFP4 source is dequantized on the way, by the one dequantizer the converter
-uses (docs/sources.md), so the learner's BF16 master is exactly what the sampler was converted from. Written like the converter: into ``DST.partial/``, shard headers first, renamed to
-``DST`` only when complete.
+uses (docs/sources.md), so the learner's BF16 master is exactly what the sampler was converted
+from. Written like the converter: into ``DST.partial/``, shard headers first, renamed to ``DST``
+only when complete.
 """
 
 from __future__ import annotations

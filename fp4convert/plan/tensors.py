@@ -15,7 +15,7 @@ from typing import Any
 from fp4convert.checkpoint.safetensors_io import tensor_nbytes
 from fp4convert.contract import Contract
 from fp4convert.contract.footprint import storage_bytes
-from fp4convert.contract.lossless import Lossless, lossless
+from fp4convert.contract.lossless import UNDECIDED, Lossless, lossless
 from fp4convert.dialects import Dialect, OutputSpec, Planned
 from fp4convert.errors import MappingError
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
@@ -70,7 +70,7 @@ class PlannedTensor(Planned):
     bytes_after: int = 0
     source_file: str = ""
     output_file: str = ""
-    lossless: Lossless = Lossless(None, "")
+    lossless: Lossless = UNDECIDED
 
     @property
     def format(self) -> str:

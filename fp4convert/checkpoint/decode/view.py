@@ -21,7 +21,7 @@ fused tensor without its sibling. Each error names the tensor.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -165,6 +165,12 @@ class SourceView:
         return replace(inventory, tensors=described)
 
 
+def _torch_name(code: str) -> str:
+    dtype = torch_dtype(code)
+    assert dtype is not None  # read_header accepts table dtypes only
+    return torch_name(dtype)
+
+
 def _error(message: str, hint: str, tensor: str) -> CheckpointError:
     return CheckpointError(message, hint=hint, tensor=tensor)
 
@@ -200,7 +206,7 @@ class _Builder:
         key: str,
         encoding: Encoding,
         parts: tuple[RawPart, ...],
-        outputs: list[tuple[str, tuple[int, ...], str]],
+        outputs: Sequence[tuple[str, tuple[int, ...], str]],
         source_format: str,
         split: Split = "none",
         layout: FusedLayout | None = None,
@@ -304,7 +310,7 @@ class _Builder:
                 continue
             container = prefix.replace(old, new)
             for gate, up, down in _EXPERT_LEAVES:
-                names = tuple(f"{container}.{{e}}.{leaf}" for leaf in (gate, up, down))
+                names = (f"{container}.{{e}}.{gate}", f"{container}.{{e}}.{up}", f"{container}.{{e}}.{down}")
                 probe = names[0].format(e=0) + ".weight"
                 tried.append(probe)
                 try:
@@ -312,7 +318,7 @@ class _Builder:
                 except MappingError:
                     continue
                 if info.role is Role.ROUTED_EXPERT:
-                    return names  # type: ignore[return-value]
+                    return names
         raise MappingError(
             f"fused expert tensor {gate_up!r}: the model family names none of the per-expert tensors tried "
             f"({', '.join(tried) or 'no .mlp.experts container'})",
@@ -381,20 +387,22 @@ class _Builder:
                 else ()
             )
             fmt = {"dense": "dense", "fp8-block": self.fp8_name(), "mxfp4": "mxfp4"}[encoding]
-            dtype = torch_name(torch_dtype(self.entry(name).dtype)) if encoding == "dense" else "bfloat16"  # type: ignore[arg-type]
+            dtype = _torch_name(self.entry(name).dtype) if encoding == "dense" else "bfloat16"
             is_gate_up = name == gate_up
             for e in range(experts):
                 parts = (self.part(name, e), *(self.part(x, e) for x in extra))
+                outputs: list[tuple[str, tuple[int, ...], str]]
                 if is_gate_up:
                     outputs = [(t.format(e=e) + ".weight", (inter, hidden), dtype) for t in (gate_t, up_t)]
                 else:
                     outputs = [(down_t.format(e=e) + ".weight", (hidden, inter), dtype)]
                 split: Split = "gate_up" if is_gate_up else "down"
                 self.add(f"{name}[{e}]", encoding, parts, outputs, f"{fmt}+{layout.name}", split, layout)
-        for role, split_kind, templates, width in (
+        biases: tuple[tuple[str, Split, tuple[str, ...], int], ...] = (
             ("gate_up_proj_bias", "bias_gate_up", (gate_t, up_t), inter),
             ("down_proj_bias", "bias_down", (down_t,), hidden),
-        ):
+        )
+        for role, split_kind, templates, width in biases:
             bias = members.get(role)
             if bias is None:
                 continue
@@ -405,12 +413,18 @@ class _Builder:
                     "the checkpoint's fused expert tensors disagree: re-download it",
                     bias,
                 )
-            dtype = torch_name(torch_dtype(entry.dtype))  # type: ignore[arg-type]
+            dtype = _torch_name(entry.dtype)
             for e in range(experts):
-                outputs = [(t.format(e=e) + ".bias", (width,), dtype) for t in templates]
+                bias_outputs = [(t.format(e=e) + ".bias", (width,), dtype) for t in templates]
                 self.add(
-                    f"{bias}[{e}]", "dense", (self.part(bias, e),), outputs, f"dense+{layout.name}", split_kind, layout
-                )  # type: ignore[arg-type]
+                    f"{bias}[{e}]",
+                    "dense",
+                    (self.part(bias, e),),
+                    bias_outputs,
+                    f"dense+{layout.name}",
+                    split_kind,
+                    layout,
+                )
 
     # -- everything else ------------------------------------------------------------------------
     def rest(self) -> None:
@@ -429,9 +443,7 @@ class _Builder:
                 parts = (self.part(name), self.part(scale))
                 self.add(name, "fp8-block", parts, [(name, e.shape, "bfloat16")], self.fp8_name())
                 continue
-            dtype = torch_dtype(e.dtype)
-            assert dtype is not None  # read_header accepts table dtypes only
-            self.add(name, "dense", (self.part(name),), [(name, e.shape, torch_name(dtype))], "dense")
+            self.add(name, "dense", (self.part(name),), [(name, e.shape, _torch_name(e.dtype))], "dense")
 
     def view(self) -> SourceView:
         ordered = sorted(self.tensors, key=lambda t: t.position)
