@@ -64,7 +64,8 @@ def reference_mxfp4_dequant(blocks: torch.Tensor, scales: torch.Tensor) -> torch
     codes = np.stack([b & 0xF, b >> 4], axis=-1).reshape(*b.shape[:-1], b.shape[-1] * 2)
     values = np.asarray(E2M1_TABLE, dtype=np.float32)[codes]
     factor = np.ldexp(np.float32(1.0), scales.numpy().astype(np.int32) - 127).astype(np.float32)
-    out = values * factor[..., None]
+    with np.errstate(over="ignore"):  # codes 253/254 times 4 or 6 overflow: +-inf, as IEEE says
+        out = values * factor[..., None]
     return bf16_from_float32(out).reshape(*b.shape[:-2], b.shape[-2] * 32)
 
 
