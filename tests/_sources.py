@@ -50,7 +50,10 @@ def bf16_from_float32(values: np.ndarray) -> torch.Tensor:
 
 
 def reference_fp8_dequant(weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    """DeepSeek's cast from its definition: bf16(fp32(e4m3) * fp32 scale of the element's block)."""
+    """DeepSeek's cast from its definition: bf16(fp32(e4m3) * fp32 scale of the element's block);
+    a 3-D (fused experts) tensor expert by expert."""
+    if weight.dim() == 3:
+        return torch.stack([reference_fp8_dequant(w, s, block) for w, s in zip(weight, scale, strict=True)])
     codes = weight.contiguous().view(torch.uint8).numpy()
     rows, cols = codes.shape
     s = scale.float().numpy()
@@ -73,7 +76,11 @@ def reference_mxfp4_dequant(blocks: torch.Tensor, scales: torch.Tensor) -> torch
 def quantize_fp8_block(
     w: torch.Tensor, block: tuple[int, int], *, ue8m0: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One weight to E4M3 codes and float32 block scales (amax / 448; a power of two with ue8m0)."""
+    """One weight to E4M3 codes and float32 block scales (amax / 448; a power of two with ue8m0); a
+    3-D (fused experts) tensor expert by expert."""
+    if w.dim() == 3:
+        pairs = [quantize_fp8_block(expert, block, ue8m0=ue8m0) for expert in w]
+        return torch.stack([c for c, _ in pairs]), torch.stack([s for _, s in pairs])
     x = w.float().numpy()
     rows, cols = x.shape
     bm, bn = block

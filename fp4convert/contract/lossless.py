@@ -74,12 +74,11 @@ def base_source_format(info: TensorInfo) -> str:
 def lossless(info: TensorInfo, decision: Decision, profile: str) -> Lossless:
     """Whether ``info`` converted under ``decision`` (and NVFP4 ``profile``) is lossless (see the module docstring).
 
-        Example:
-            >>> from fp4convert.contract.decision import Decision
-    from fp4convert.contract.footprint import storage_bytes
-            >>> w = TensorInfo("w", (128, 128), source_format="fp8-block-ue8m0", gemm_weight=True)
-            >>> lossless(w, Decision("w", "mxfp8", None, "rules[0]", "", ()), "te").lossless
-            True
+    Example:
+        >>> from fp4convert.contract.decision import Decision
+        >>> w = TensorInfo("w", (128, 128), source_format="fp8-block-ue8m0", gemm_weight=True)
+        >>> lossless(w, Decision("w", "mxfp8", None, "rules[0]", "", ()), "te").lossless
+        True
     """
     source = base_source_format(info)
     fmt = decision.format
