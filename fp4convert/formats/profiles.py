@@ -35,12 +35,12 @@ amax of the block's 32-value pair (blocks 2j, 2j+1: one MXFP4 block), ``m = e(A)
   ``-0.0`` unsigned (code 0x0). For an all-zero tensor ModelOpt computes ``0 / 0`` and writes NaN
   scales; this profile defines that case as scale 1.0 (0x38) with zero data. (On CUDA ModelOpt's
   ``amax / 2688`` multiplies by a reciprocal, so its ``s2`` can differ by one ulp from this profile.)
-* ``mxfp4-cast``: ModelOpt's lossless MXFP4 -> NVFP4 cast (``examples/llm_ptq/cast_mxfp4_to_nvfp4.py``,
-  ``--cast_mxfp4_to_nvfp4``): power-of-two global and block scales, so an MXFP4 value ``c * 2**k``
-  keeps its E2M1 code times a power of two wherever ``e_b - m >= -9``. It takes the block exponent
-  from the values (ModelOpt from the source's E8M0 byte: the same wherever a block's largest code
-  is 4 or 6), and writes 0x00 for an all-zero block. Opt-in, for serving a released MXFP4
-  checkpoint; not for RL weight updates (docs/sources.md).
+* ``mxfp4-cast``: ModelOpt's lossless MXFP4 -> NVFP4 cast (``--cast_mxfp4_to_nvfp4``,
+  ``examples/{llm_ptq,deepseek}/cast_mxfp4_to_nvfp4.py``): power-of-two global and block scales, so
+  an MXFP4 value ``c * 2**k`` keeps its E2M1 code wherever ``e_b - m >= -9``. It takes the block
+  exponent from the values (ModelOpt from the source's E8M0 byte: the same wherever a block's
+  largest code is 4 or 6), keeps the sign of -0.0 and writes 0x00 for an all-zero block. Opt-in,
+  for serving a released MXFP4 checkpoint; not for RL weight updates (docs/sources.md).
 * ``te-4over6-{mae,mse}[-256]``: TE >= 2.17 4over6 (``nvfp4_use_4over6``, ``nvfp4_4over6_err_mode``,
   ``nvfp4_e4m3_max`` 448 or 256, exact error path), :mod:`fp4convert.formats.four_over_six`.
 
