@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fp4convert.checkpoint.decode.view import SourceView, source_view
+from fp4convert.checkpoint.decode.units import SourceView
+from fp4convert.checkpoint.decode.view import source_view
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.errors import CheckpointError
 from fp4convert.inventory import ModelInventory

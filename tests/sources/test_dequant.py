@@ -61,13 +61,16 @@ def test_fp8_dequant_takes_bf16_and_e8m0_scales_exactly():
     assert_bytes_equal(dequantize_fp8_block(w, exact.to(torch.float8_e8m0fnu), (32, 32)), reference)
 
 
-def test_mxfp4_dequant_is_exact_for_every_code_and_scale():
-    g = torch.Generator().manual_seed(0)
-    blocks = torch.randint(0, 256, (3, 255, 2, 16), generator=g, dtype=torch.int64).to(torch.uint8)
-    blocks[0, :, 0, :] = torch.arange(256, dtype=torch.int64)[:16].to(torch.uint8)  # codes 0..15 in both nibbles
-    scales = torch.arange(255, dtype=torch.int64).to(torch.uint8).reshape(1, 255, 1).expand(3, 255, 2).contiguous()
+@pytest.mark.parametrize("codes", [(0, 254), (2, 252)])  # every scale (subnormal / overflowing values too); normals
+def test_mxfp4_dequant_is_exact_for_every_code_and_scale(codes):
+    g = torch.Generator().manual_seed(codes[0])
+    count = codes[1] - codes[0] + 1
+    blocks = torch.randint(0, 256, (3, count, 2, 16), generator=g, dtype=torch.int64).to(torch.uint8)
+    blocks[0, :16, 0, :] = torch.arange(256, dtype=torch.int64).reshape(16, 16).to(torch.uint8)  # every byte
+    scales = torch.arange(codes[0], codes[1] + 1, dtype=torch.int64).to(torch.uint8)
+    scales = scales.reshape(1, count, 1).expand(3, count, 2).contiguous()
     out = dequantize_mxfp4(blocks, scales)
-    assert out.shape == (3, 255, 64) and out.dtype == torch.bfloat16
+    assert out.shape == (3, count, 64) and out.dtype == torch.bfloat16
     assert_bytes_equal(out, reference_mxfp4_dequant(blocks, scales))
 
 

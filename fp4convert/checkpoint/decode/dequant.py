@@ -19,10 +19,11 @@ and the E8M0 NaN code 0xFF are errors naming the tensor and the first bad block.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fp4convert.errors import CheckpointError
-from fp4convert.formats.codecs import e2m1_decode, e8m0_decode, unpack_fp4
+from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
 from fp4convert.formats.spec import E8M0
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
 
 #: values per MXFP4 block (one E8M0 scale each), 16 bytes of two E2M1 codes
 MXFP4_BLOCK = 32
+
+_E4M3_VALUES = e4m3_decode(torch.arange(256, dtype=torch.uint8))  # code -> float32 (NaN at 0x7F, 0xFF)
 
 #: source format -> the dequantizer's definition, as the manifest records it
 DEQUANTIZERS = {
@@ -102,6 +105,36 @@ def check_mxfp4_scales(name: str, scales: torch.Tensor) -> None:
         )
 
 
+def _fp8_elementwise(w: torch.Tensor, s: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """The definition, one fp32 multiply per element (any device)."""
+    rows, cols = w.shape
+    bm, bn = block
+    out = torch.empty(rows, cols, dtype=torch.bfloat16, device=w.device)
+    for r in range(0, rows, bm):  # one row block at a time: the fp32 temporary stays at bm x cols
+        scale_row = s[r // bm].repeat_interleave(bn)[:cols]
+        out[r : r + bm] = (w[r : r + bm].float() * scale_row).to(torch.bfloat16)
+    return out
+
+
+def _fp8_tables(w: torch.Tensor, s: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """The same bytes on the CPU through one 256-entry table per block: every element of a block
+    shares its scale, so its BF16 value depends on its code alone. The tables are the definition
+    applied to the 256 codes; each element is then one look-up (single-threaded numpy: it runs
+    beside the quantizer's threads without contending for them)."""
+    rows, cols = w.shape
+    bm, bn = block
+    codes = w.view(torch.uint8).numpy()
+    tables = (_E4M3_VALUES * s.reshape(-1, 1)).to(torch.bfloat16).view(torch.int16).numpy()
+    tables = tables.reshape(*s.shape, 256)
+    out = np.empty((rows, cols), dtype=np.int16)
+    for i in range(s.shape[0]):
+        r = slice(i * bm, (i + 1) * bm)
+        for j in range(s.shape[1]):
+            c = slice(j * bn, (j + 1) * bn)
+            out[r, c] = tables[i, j][codes[r, c]]
+    return torch.from_numpy(out).view(torch.bfloat16)
+
+
 def dequantize_fp8_block(weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """DeepSeek's reference cast of one FP8 block-scaled matrix to BF16 (see the module docstring).
 
@@ -111,7 +144,8 @@ def dequantize_fp8_block(weight: torch.Tensor, scale_inv: torch.Tensor, block: t
         block: ``(bm, bn)``, the ``weight_block_size``.
 
     Returns:
-        ``[rows, cols]`` bfloat16 on ``weight``'s device.
+        ``[rows, cols]`` bfloat16 on ``weight``'s device (CPU: through per-block tables, the same
+        bytes as the elementwise definition; both are tested against an independent reference).
 
     Example:
         >>> w = torch.tensor([[1.0, -2.0, 448.0]]).to(torch.float8_e4m3fn)
@@ -119,16 +153,36 @@ def dequantize_fp8_block(weight: torch.Tensor, scale_inv: torch.Tensor, block: t
         [[0.5, -1.0, 1344.0]]
     """
     w = weight.view(torch.float8_e4m3fn) if weight.dtype == torch.uint8 else weight
-    rows, cols = w.shape
-    bm, bn = block
-    s = scale_inv.float()
-    out = torch.empty(rows, cols, dtype=torch.bfloat16, device=w.device)
-    # One row block at a time: the scale row is widened to the block's columns once, and the fp32
-    # temporary stays at bm x cols.
-    for r in range(0, rows, bm):
-        scale_row = s[r // bm].repeat_interleave(bn)[:cols]
-        out[r : r + bm] = (w[r : r + bm].float() * scale_row).to(torch.bfloat16)
-    return out
+    s = scale_inv.float().to(w.device)
+    if w.is_cpu:
+        return _fp8_tables(w, s, block)
+    return _fp8_elementwise(w, s, block)
+
+
+def _mxfp4_elementwise(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    values = e2m1_decode(unpack_fp4(blocks))  # [..., G, 32] float32
+    return (values * e8m0_decode(scales).unsqueeze(-1)).to(torch.bfloat16)
+
+
+def _mxfp4_byte_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Per byte (two E2M1 codes, low nibble first), the bits of its two BF16 values at scale code 1
+    as one little-endian uint32, and which of the two are non-zero. A non-zero E2M1 value is
+    ``f * 2**p`` (f in {1, 1.5}, p in -1..2), so at scale code ``e`` its BF16 exponent field is
+    ``p + e`` (normal for ``2 <= e <= 252``): ``(e - 1) << 7`` added to a non-zero half of the
+    table's entry gives its bits exactly, and no half carries into the other."""
+    values = e2m1_decode(torch.arange(16, dtype=torch.uint8))
+    mantissa, exponent = torch.frexp(values)  # |values| = |mantissa| * 2**exponent; exponent = p + 1 >= 0
+    nonzero = values != 0
+    magnitude = (exponent << 7) + (mantissa.abs() == 0.75).int() * 0x40
+    bits = torch.where(nonzero, magnitude, torch.zeros_like(magnitude)) + torch.signbit(values).int() * 0x8000
+    low, high = torch.arange(256) & 0xF, torch.arange(256) >> 4
+    base = bits[low].long() | (bits[high].long() << 16)
+    flags = nonzero[low].long() | (nonzero[high].long() << 16)
+    return base.numpy().astype(np.uint32), flags.numpy().astype(np.uint32)
+
+
+_MXFP4_BYTES = _mxfp4_byte_tables()
+_MXFP4_NORMAL_CODES = (2, 252)  # scale codes whose every non-zero value is a normal BF16
 
 
 def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -136,10 +190,11 @@ def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor
 
     Args:
         blocks: uint8 ``[..., G, 16]``: 32 E2M1 codes per block, two per byte, even element low.
-        scales: uint8 ``[..., G]`` E8M0 codes.
+        scales: uint8 ``[..., G]`` E8M0 codes (0xFF is refused by :func:`check_mxfp4_scales`).
 
     Returns:
-        bfloat16 ``[..., G * 32]``.
+        bfloat16 ``[..., G * 32]`` (CPU: the BF16 bits built from two byte tables, the same bytes as
+        the elementwise definition).
 
     Example:
         >>> blocks = torch.zeros(1, 16, dtype=torch.uint8); blocks[0, 0] = 0x2F  # codes 0xF (-6), 0x2 (1.0)
@@ -147,6 +202,13 @@ def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor
         [-3.0, 0.5]
     """
     *lead, groups, width = blocks.shape
-    values = e2m1_decode(unpack_fp4(blocks.view(torch.uint8)))  # [..., G, 32] float32
-    factor = e8m0_decode(scales.view(torch.uint8)).unsqueeze(-1)
-    return (values * factor).to(torch.bfloat16).reshape(*lead, groups * width * 2)
+    b, e = blocks.view(torch.uint8), scales.view(torch.uint8)
+    if not b.is_cpu:
+        return _mxfp4_elementwise(b, e).reshape(*lead, groups * width * 2)
+    codes = e.numpy()
+    if codes.size and not (_MXFP4_NORMAL_CODES[0] <= codes.min() and codes.max() <= _MXFP4_NORMAL_CODES[1]):
+        return _mxfp4_elementwise(b, e).reshape(*lead, groups * width * 2)  # subnormal or overflowing values
+    base, nonzero = _MXFP4_BYTES
+    data = b.numpy()
+    pairs = np.take(base, data) + np.take(nonzero, data) * ((codes.astype(np.uint32) - 1) << 7)[..., None]
+    return torch.from_numpy(pairs.view(np.int16)).view(torch.bfloat16).reshape(*lead, groups * width * 2)

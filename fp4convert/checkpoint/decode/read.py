@@ -29,7 +29,7 @@ from fp4convert.checkpoint.decode.dequant import (
     dequantize_mxfp4,
 )
 from fp4convert.checkpoint.decode.fused import split_bias, split_down, split_gate_up
-from fp4convert.checkpoint.decode.view import RawPart, ReadUnit, SourceView
+from fp4convert.checkpoint.decode.units import RawPart, ReadUnit, SourceView
 from fp4convert.checkpoint.safetensors_io import DTYPES, SafetensorsFile
 from fp4convert.inventory.dtypes import safetensors_code, torch_dtype
 

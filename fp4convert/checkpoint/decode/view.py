@@ -21,148 +21,26 @@ fused tensor without its sibling. Each error names the tensor.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from fp4convert.checkpoint.decode.declared import SourceQuantization, source_quantization
-from fp4convert.checkpoint.decode.dequant import DEQUANTIZERS, MXFP4_BLOCK
+from fp4convert.checkpoint.decode.declared import source_quantization
+from fp4convert.checkpoint.decode.dequant import MXFP4_BLOCK
 from fp4convert.checkpoint.decode.fused import FUSED_NAME, INTERLEAVED_MODEL_TYPES, FusedLayout, fused_layout
+from fp4convert.checkpoint.decode.units import Encoding, LogicalTensor, RawPart, ReadUnit, SourceView, Split
 from fp4convert.checkpoint.safetensors_io import TensorEntry
 from fp4convert.errors import CheckpointError, MappingError
-from fp4convert.families import describe_name, family_for_config, inventory_from_tensors
-from fp4convert.inventory import ModelInventory, Role
+from fp4convert.families import describe_name, family_for_config
+from fp4convert.inventory import Role
 from fp4convert.inventory.dtypes import torch_dtype, torch_name
 
-__all__ = ["LogicalTensor", "RawPart", "ReadUnit", "SourceView", "source_view"]
-
-Encoding = Literal["dense", "fp8-block", "mxfp4"]
-Split = Literal["none", "gate_up", "down", "bias_gate_up", "bias_down"]
+__all__ = ["source_view"]
 
 _SCALE_INV = "_scale_inv"
 _SCALE_DTYPES = ("F32", "BF16", "F8_E8M0")
 # Per-expert spellings a family may use for one fused gate_up / down pair, tried in order.
 _EXPERT_LEAVES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
 _CONTAINERS = ((".mlp.experts", ".mlp.experts"), (".mlp.experts", ".block_sparse_moe.experts"))
-
-
-@dataclass(frozen=True)
-class RawPart:
-    """A byte range of one stored tensor: all of it, or one expert's slice of a fused tensor."""
-
-    file: str
-    tensor: str
-    dtype: str  # safetensors code
-    shape: tuple[int, ...]  # shape of the range
-    start: int  # absolute file offsets
-    end: int
-
-    @property
-    def nbytes(self) -> int:
-        return self.end - self.start
-
-
-@dataclass(frozen=True)
-class ReadUnit:
-    """What is read and decoded together: its parts (the data, then its scales) and the logical
-    tensors it yields, in order."""
-
-    key: str
-    encoding: Encoding
-    parts: tuple[RawPart, ...]
-    outputs: tuple[str, ...]
-    split: Split = "none"
-    layout: FusedLayout | None = None
-
-
-@dataclass(frozen=True)
-class LogicalTensor:
-    """One tensor of the model as the source provides it.
-
-    Attributes:
-        name: the per-tensor HF name.
-        shape: the decoded shape.
-        dtype: the decoded torch dtype name (``bfloat16`` for FP8 and MXFP4 sources).
-        source_format: :attr:`fp4convert.inventory.TensorInfo.source_format`.
-        unit: the key of its :class:`ReadUnit`.
-        nbytes: source bytes read for it (its share of its unit's).
-        position: ``(file index, byte offset, index in its unit)``: the order reads follow.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    source_format: str
-    unit: str
-    nbytes: int
-    position: tuple[int, int, int]
-
-
-class SourceView:
-    """A source checkpoint's logical tensors (see the module docstring); built by :func:`source_view`.
-
-    Attributes:
-        config: the parsed config.json.
-        quantization: what it declares (:func:`~fp4convert.checkpoint.decode.declared.source_quantization`).
-        units: read unit key -> unit.
-        tensors: logical name -> tensor, in read order.
-        files: the shard files, in order.
-    """
-
-    def __init__(
-        self,
-        config: Mapping[str, Any],
-        quantization: SourceQuantization,
-        units: dict[str, ReadUnit],
-        tensors: dict[str, LogicalTensor],
-        files: list[str],
-    ) -> None:
-        self.config = config
-        self.quantization = quantization
-        self.units = units
-        self.tensors = tensors
-        self.files = files
-
-    def __iter__(self) -> Iterator[LogicalTensor]:
-        return iter(self.tensors.values())
-
-    def file_of(self, name: str) -> str:
-        """The shard holding (the data of) logical tensor ``name``."""
-        return self.files[self.tensors[name].position[0]]
-
-    def unit_of(self, name: str) -> ReadUnit:
-        return self.units[self.tensors[name].unit]
-
-    @property
-    def decodes(self) -> bool:
-        """Whether any tensor is not simply a stored tensor read as is."""
-        return any(t.source_format != "dense" for t in self)
-
-    def formats(self) -> dict[str, int]:
-        """Source format -> number of logical tensors."""
-        counts: dict[str, int] = {}
-        for t in self:
-            counts[t.source_format] = counts.get(t.source_format, 0) + 1
-        return dict(sorted(counts.items()))
-
-    def dequantizers(self) -> dict[str, str]:
-        """The dequantizer of each quantized encoding this source uses (docs/sources.md)."""
-        used = {u.encoding for u in self.units.values()} - {"dense"}
-        return {encoding: DEQUANTIZERS[encoding] for encoding in sorted(used)}
-
-    def inventory(self) -> ModelInventory:
-        """The model's tensors, classified by its family, in read order, with source formats and bytes.
-
-        Raises:
-            MappingError: a tensor is not part of the config's family, or is ambiguous.
-        """
-        tensors = list(self)
-        inventory = inventory_from_tensors(self.config, [(t.name, t.shape, t.dtype) for t in tensors])
-        described = tuple(
-            replace(info, source_format=t.source_format, source_nbytes=t.nbytes)
-            for info, t in zip(inventory.tensors, tensors, strict=True)
-        )
-        return replace(inventory, tensors=described)
 
 
 def _torch_name(code: str) -> str:
