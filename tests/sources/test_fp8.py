@@ -174,3 +174,18 @@ def test_cuda_converts_an_fp8_source_to_the_same_bytes(source, tmp_path, kind):
     convert_checkpoint(source(kind), tmp_path / "cuda", contract=contract, device="cuda")
     assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu")
     assert verify_checkpoint(tmp_path / "cuda", source=source(kind), device="cuda").ok
+
+
+def test_the_model_card_says_which_tensors_are_lossless(source, tmp_path):
+    from fp4convert.checkpoint.manifest import read_manifest
+    from fp4convert.publish.card import render_card
+
+    convert_checkpoint(source("ue8m0"), tmp_path / "out", contract=MXFP8_ALL)
+    card = render_card(read_manifest(tmp_path / "out"), repo_id="me/tiny-mxfp8", verification="OK")
+    section = card.split("## Source formats, and what is lossless", 1)[1].split("\n## ", 1)[0]
+    assert "weight_dequant" in section  # the dequantizer's definition
+    row = next(line for line in section.splitlines() if line.startswith("| `fp8-block-ue8m0` | mxfp8 |"))
+    assert "| lossless |" in row and "power-of-two block scales" in row
+    plain = tmp_path / "plain"
+    convert_checkpoint(source("fp8", dequantized=True), plain, contract=MXFP8_ALL)
+    assert "## Source formats" not in render_card(read_manifest(plain), repo_id="me/x", verification="OK")
