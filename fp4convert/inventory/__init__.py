@@ -79,8 +79,10 @@ class TensorInfo:
     fused_group: str | None = None
     fused_kind: FusedKind | None = None
     gemm_weight: bool = False
-    source_format: str = ""
-    source_nbytes: int | None = None
+    # How a checkpoint stores the tensor, not what the tensor is: left out of equality, so a
+    # tensor read from an FP8 release describes the same as the one its config describes.
+    source_format: str = field(default="", compare=False)
+    source_nbytes: int | None = field(default=None, compare=False)
 
     @property
     def numel(self) -> int:

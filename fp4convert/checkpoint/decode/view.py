@@ -141,18 +141,12 @@ class _Builder:
                         "convert from a release with E4M3 weights",
                         name,
                     )
-            if name.endswith(_SCALE_INV):
+            if name.endswith(_SCALE_INV) and self.q.method == "fp8":  # elsewhere: a tensor the family judges
                 base = name[: -len(_SCALE_INV)]
                 if base not in self.where or self.entry(base).dtype != "F8_E4M3":
                     raise _error(
                         f"tensor {name!r} scales {base!r}, which is not an F8_E4M3 tensor of this checkpoint",
                         "the checkpoint is incomplete or mixes formats: re-download it",
-                        name,
-                    )
-                if self.q.method != "fp8":
-                    raise _error(
-                        f"tensor {name!r} is an FP8 scale, but config.json declares no FP8 quantization_config",
-                        "add the release's quantization_config (quant_method fp8, weight_block_size) to config.json",
                         name,
                     )
             if name.endswith("_scales") and (name[: -len("_scales")] + "_blocks") not in self.where:
@@ -307,8 +301,8 @@ class _Builder:
     # -- everything else ------------------------------------------------------------------------
     def rest(self) -> None:
         for name, (_, e) in self.where.items():
-            if name in self.consumed or name.endswith(_SCALE_INV):
-                continue
+            if name in self.consumed or (self.q.method == "fp8" and name.endswith(_SCALE_INV)):
+                continue  # a scale is read with its FP8 weight (checked to be there)
             if e.dtype == "F8_E4M3":
                 if len(e.shape) != 2:
                     raise _error(
