@@ -105,3 +105,11 @@ def test_a_fused_tensor_is_read_one_expert_slice_at_a_time(source, tmp_path, mon
     embed = all_tensors(src)["model.embed_tokens.weight"].numel() * 2
     assert max(reads) <= max(embed, fused_bytes // 4)  # an expert's slice, or the largest plain tensor
     assert fused_bytes // 4 in reads and fused_bytes not in reads
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_converts_a_fused_source_to_the_same_bytes(source, tmp_path):
+    convert_checkpoint(source("fused-transposed"), tmp_path / "cpu", contract=NVFP4_EXPERTS)
+    convert_checkpoint(source("fused-transposed"), tmp_path / "cuda", contract=NVFP4_EXPERTS, device="cuda")
+    assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 100

@@ -130,3 +130,14 @@ def test_explain_says_where_the_cast_differs_from_te(source, tmp_path):
     notes = " ".join(explanation.notes)
     assert "source: mxfp4+fused-3d" in notes and "lossless if its values allow" in notes
     assert "differ from te's" in notes and "not for RL weight updates" in notes
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cast", [False, True])
+def test_cuda_converts_an_mxfp4_source_to_the_same_bytes(source, tmp_path, cast):
+    contract = _cast_contract(tmp_path) if cast else NVFP4_EXPERTS
+    convert_checkpoint(source("mxfp4"), tmp_path / "cpu", contract=contract)
+    convert_checkpoint(source("mxfp4"), tmp_path / "cuda", contract=contract, device="cuda")
+    assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 100
+    assert verify_checkpoint(tmp_path / "cuda", source=source("mxfp4"), device="cuda").ok
