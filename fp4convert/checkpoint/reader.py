@@ -1,8 +1,11 @@
-"""Read a source checkpoint's tensors once, and hash its files on the way.
+"""Read a source checkpoint's tensors once, and hash its files and count non-finite values on the way.
 
 :class:`SourceReader` serves tensors by name (one file descriptor per shard, one positional read
 per tensor, no mmap) and computes every shard's sha256 from the bytes it reads anyway, so the
 manifest's source hashes cost no second pass over the source in the usual, front-to-back order.
+It also counts the NaN and infinite values of every floating-point tensor it reads
+(:func:`nonfinite_counts`: one min/max pass, an exact count only for a tensor that has any), so a
+conversion can refuse NaN weights, or record them, without a pass of its own.
 """
 
 from __future__ import annotations
@@ -18,7 +21,29 @@ from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
 
-__all__ = ["SourceReader"]
+__all__ = ["SourceReader", "nonfinite_counts"]
+
+
+def nonfinite_counts(tensor: torch.Tensor) -> dict[str, int]:
+    """``{"nan": n, "inf": m}`` of a tensor, empty when every value is finite (or it is not floating).
+
+    One ``aminmax`` pass decides (NaN propagates into both, an infinity shows as one of them); only
+    a tensor with a non-finite value is counted exactly.
+
+    Example:
+        >>> nonfinite_counts(torch.tensor([1.0, float("nan"), float("-inf"), float("inf")]))
+        {'nan': 1, 'inf': 2}
+        >>> nonfinite_counts(torch.ones(3, dtype=torch.bfloat16))
+        {}
+    """
+    if not tensor.is_floating_point() or tensor.numel() == 0 or tensor.element_size() == 1:
+        return {}  # FP8 sources are decoded (or refused) before this; one-byte floats have no aminmax
+    low, high = torch.aminmax(tensor)
+    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+        return {}
+    nan = int(torch.isnan(tensor).sum())
+    inf = int(torch.isinf(tensor).sum())
+    return {k: v for k, v in (("nan", nan), ("inf", inf)) if v}
 
 
 class SourceReader:
@@ -43,6 +68,7 @@ class SourceReader:
         self._hashers: dict[str, Any] = {}
         self._next_offset: dict[str, int] = {}
         self._broken: set[str] = set()  # shards not hashed in one sequential sweep
+        self.nonfinite: dict[str, dict[str, int]] = {}  # tensor -> {"nan": n, "inf": m}, where any
         self._lock = threading.Lock()
         self._hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
         self._backlog: list[Future[None]] = []
@@ -63,7 +89,10 @@ class SourceReader:
         shard = self.source.tensor_file[name]
         tensor = self._file(shard).read(name)
         entry = self.source.shards[shard][name]
+        counts = nonfinite_counts(tensor)
         with self._lock:  # queue hash updates in file order (the pool runs them in that order)
+            if counts:
+                self.nonfinite[name] = counts
             if shard not in self._broken and entry.start == self._next_offset[shard]:
                 data = tensor.reshape(-1).view(torch.uint8).numpy()
                 self._backlog.append(self._hash_pool.submit(self._hashers[shard].update, data))
@@ -73,6 +102,19 @@ class SourceReader:
             while len(self._backlog) > self._HASH_BACKLOG or (self._backlog and self._backlog[0].done()):
                 self._backlog.pop(0).result()
         return tensor
+
+    def finished_hashes(self) -> dict[str, str]:
+        """sha256 of the source shards read front to back to their end so far (no extra reading)."""
+        with self._lock:  # which shards are complete, and the hash updates queued for them so far
+            pending = list(self._backlog)
+            done = [s for s in self._hashers if s not in self._broken and self._next_offset[s] == self._size(s)]
+        for future in pending:  # the pool runs updates in order: these include every update of `done`
+            future.result()
+        return {shard: self._hashers[shard].hexdigest() for shard in done}
+
+    def _size(self, shard: str) -> int:
+        entries = self.source.shards[shard]
+        return max((e.end for e in entries.values()), default=0)
 
     def shard_hashes(self) -> dict[str, str]:
         """sha256 of every source shard file (a separate pass for any not read front to back)."""

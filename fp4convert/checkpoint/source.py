@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fp4convert.checkpoint.consistency import source_problems
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.errors import CheckpointError
 from fp4convert.families import inventory_from_tensors
@@ -60,11 +61,13 @@ class SourceCheckpoint:
 
     def inventory(self) -> ModelInventory:
         """Every tensor, classified by its family, from the headers already read: shard by shard in
-        file order, each shard in data order, with on-disk shapes and dtypes.
+        file order, each shard in data order, with on-disk shapes and dtypes; checked against
+        config.json and the tensors' roles (:func:`~fp4convert.checkpoint.consistency.source_problems`).
 
         Raises:
             MappingError: a tensor is not part of the config's family, or is ambiguous.
-            CheckpointError: a tensor's dtype has no torch dtype.
+            CheckpointError: a tensor's dtype has no torch dtype, or the tensors disagree with
+                config.json or their roles (every problem listed).
         """
         tensors = []
         for entries in self.shards.values():
@@ -73,7 +76,19 @@ class SourceCheckpoint:
                 if dtype is None:  # pragma: no cover - read_header accepts table dtypes only
                     raise CheckpointError(f"tensor {entry.name!r} has unknown dtype {entry.dtype}", tensor=entry.name)
                 tensors.append((entry.name, entry.shape, torch_name(dtype)))
-        return inventory_from_tensors(self.config, tensors)
+        inventory = inventory_from_tensors(self.config, tensors)
+        problems = source_problems(inventory)
+        if problems:
+            lines = problems.lines
+            listing = "\n  - ".join(lines)
+            raise CheckpointError(
+                f"{self.root}: the tensors do not match config.json or their roles ({len(lines)} problems):"
+                f"\n  - {listing}",
+                hint=problems.hint,
+                file=str(self.root / "config.json"),
+                problems=lines,
+            )
+        return inventory
 
 
 _JSON_TYPES = {int: "number", float: "number", bool: "boolean", list: "array", dict: "object", type(None): "null"}
@@ -190,13 +205,33 @@ def read_weight_map(index_path: Path) -> dict[str, str]:
     return weight_map
 
 
+def _check_index(weight_map: dict[str, str], tensor_file: dict[str, str]) -> None:
+    """The index and the shards' headers must agree tensor for tensor."""
+    for tensor, name in weight_map.items():
+        if tensor_file.get(tensor) != name:
+            raise CheckpointError(
+                f"{INDEX_NAME} maps {tensor!r} to {name}, which does not hold it",
+                hint="the index is stale; re-download the checkpoint",
+                tensor=tensor,
+            )
+    unlisted = [t for t in tensor_file if t not in weight_map]
+    if unlisted:  # engines load by the index: a tensor it leaves out would silently vanish
+        raise CheckpointError(
+            f"{tensor_file[unlisted[0]]} holds {unlisted[0]!r}, which {INDEX_NAME} does not list"
+            + (f" ({len(unlisted) - 1} more such tensors)" if len(unlisted) > 1 else ""),
+            hint="the index is stale; re-download the checkpoint",
+            tensor=unlisted[0],
+            file=tensor_file[unlisted[0]],
+        )
+
+
 def open_checkpoint(path: str | Path) -> SourceCheckpoint:
     """Open an HF checkpoint directory: read config.json and every shard header.
 
     Raises:
         CheckpointError: missing directory or config.json, pickle-only weights, an index naming a
-            missing file or tensor or a name that is not a plain shard file name, a file that
-            resolves outside the source, or a tensor in two shards.
+            missing file or tensor or a name that is not a plain shard file name, a shard tensor
+            the index leaves out, a file that resolves outside the source, or a tensor in two shards.
     """
     root = Path(path)
     if not root.is_dir():
@@ -239,16 +274,12 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
         for tensor in entries:
             if tensor in tensor_file:
                 raise CheckpointError(
-                    f"tensor {tensor!r} is stored in both {tensor_file[tensor]} and {name}", tensor=tensor
+                    f"tensor {tensor!r} is stored in both {tensor_file[tensor]} and {name}",
+                    hint="a tensor lives in one shard: re-download the checkpoint",
+                    tensor=tensor,
                 )
             tensor_file[tensor] = name
     if weight_map is not None:
-        for tensor, name in weight_map.items():
-            if tensor_file.get(tensor) != name:
-                raise CheckpointError(
-                    f"{INDEX_NAME} maps {tensor!r} to {name}, which does not hold it",
-                    hint="the index is stale; re-download the checkpoint",
-                    tensor=tensor,
-                )
+        _check_index(weight_map, tensor_file)
     other = [f for f in files if not f.endswith(_NOT_COPIED_SUFFIXES) and f not in _NOT_COPIED_NAMES]
     return SourceCheckpoint(root, config, shards, tensor_file, other)
