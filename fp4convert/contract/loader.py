@@ -8,8 +8,8 @@ keys, which both YAML and JSON loaders would silently resolve to the last value,
 A contract is untrusted input, so the work is bounded before anything walks the document: at most
 :data:`MAX_CONTRACT_BYTES` of text (:data:`MAX_DOCUMENT_BYTES` for other documents such as tensor
 lists), YAML aliases may add at most :data:`MAX_ALIAS_NODES` nodes to the tree they expand into (an
-alias bomb expands exponentially), an alias may not contain itself, and nesting deeper than Python's
-recursion limit is an error, not a crash.
+alias bomb expands exponentially), an alias may not contain itself, and nesting deeper than
+:data:`MAX_DEPTH` levels is an error, not a crash.
 
 Each problem becomes one :class:`~fp4convert.errors.ContractError` whose message is one line,
 ``FILE:LINE: FIELD: what is wrong``, and whose hint says what to do; the structured fields
@@ -52,6 +52,29 @@ MAX_CONTRACT_BYTES = 1 << 20
 MAX_DOCUMENT_BYTES = 64 << 20
 #: how many nodes YAML aliases may add to a document when expanded
 MAX_ALIAS_NODES = 100_000
+#: how deep a document may nest (a contract nests four levels)
+MAX_DEPTH = 64
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses to nest deeper than :data:`MAX_DEPTH` (it recurses)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
 
 # Hints for errors on particular fields, keyed by the field path with list indexes dropped.
 _FIELD_HINTS: dict[str, str] = {
@@ -220,11 +243,13 @@ def _parse_text(
     _check_size(len(text.encode("utf-8", "surrogatepass")), max_bytes, source, error_cls)
     try:
         return _parse_bounded(text, source, json_text=json_text, error_cls=error_cls)
-    except RecursionError:
+    except (RecursionError, _TooDeep) as exc:
+        line = exc.line if isinstance(exc, _TooDeep) else None
         raise error_cls(
-            f"{source}: the document is nested too deeply to read",
+            f"{source}{f':{line}' if line else ''}: the document nests deeper than {MAX_DEPTH} levels",
             hint="a contract nests a few levels; check that this is the right file",
             file=source,
+            line=line,
         ) from None
 
 
@@ -236,7 +261,7 @@ def _parse_bounded(
         # json.loads has JSON's exact number and string rules; the YAML composition (which
         # parses nearly all JSON) only serves line numbers and the duplicate-key check.
         try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
+            root = yaml.compose(text, Loader=_BoundedLoader)
         except yaml.YAMLError:
             root = None
         if root is not None:
@@ -251,8 +276,9 @@ def _parse_bounded(
                 file=source,
                 line=exc.lineno,
             ) from exc
-    loader = yaml.SafeLoader(text)
+    loader: _BoundedLoader | None = None
     try:
+        loader = _BoundedLoader(text)  # the reader checks every character here already
         root = loader.get_single_node()
         if root is None:
             return None, None
@@ -276,7 +302,8 @@ def _parse_bounded(
             file=source,
         ) from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _json_object(source: str, error_cls: type[Fp4ConvertError]) -> Any:

@@ -219,11 +219,12 @@ def _refuse_nonfinite(nonfinite: Mapping[str, Mapping[str, int]], staging: Path)
     )
     more = f"\n  - ... and {len(nonfinite) - 8} more tensors" if len(nonfinite) > 8 else ""
     raise ConversionError(
-        f"{len(nonfinite)} source tensors hold non-finite values ({total['nan']} NaN, {total['inf']} inf):"
+        f"{len(nonfinite)} source tensor{'s' if len(nonfinite) > 1 else ''} hold{'' if len(nonfinite) > 1 else 's'} "
+        f"non-finite values ({total['nan']} NaN, {total['inf']} inf):"
         f"\n  - {listing}{more}",
-        hint="fix the source weights; or, to convert them as they are (NaN encodes as the format's maximum, "
-        f"inf saturates), pass allow_nonfinite=True (--allow-nonfinite) with resume=True (--resume): the shards "
-        f"converted so far stay in {staging}",
+        hint="fix the source weights; or, to convert them as they are (under the quantizers' documented NaN/inf "
+        "policy, recorded in the manifest), pass allow_nonfinite=True (--allow-nonfinite) with resume=True "
+        f"(--resume): the converted shards stay in {staging}",
         tensors=dict(nonfinite),
     )
 
