@@ -145,11 +145,19 @@ def judge(outcome: Outcome, ws: Workspace, before: dict[str, str], expect: Expec
         assert re.search(expect.pattern, outcome.stdout, re.S), f"report lacks {expect.pattern!r}\n{shown}"
         assert "error[" not in outcome.stderr, shown
         return
+    assert_error(outcome, expect.pattern)
+
+
+def assert_error(outcome: Outcome, pattern: str) -> None:
+    """One short fp4convert error (never ``internal``) matching ``pattern``, exit status 1."""
+    shown = outcome.text()
+    assert outcome.escaped is None and "Traceback" not in outcome.stderr, shown
+    assert outcome.code == 1, shown
     lines = outcome.stderr.rstrip("\n").splitlines()
     first = ERROR_LINE.match(lines[0]) if lines else None
     assert first is not None and first["code"] != "internal", f"not one fp4convert error\n{shown}"
     assert len(lines) <= MAX_ERROR_LINES, f"the error is not short ({len(lines)} lines)\n{shown}"
-    assert re.search(expect.pattern, outcome.stderr, re.S), f"error lacks {expect.pattern!r}\n{shown}"
+    assert re.search(pattern, outcome.stderr, re.S), f"error lacks {pattern!r}\n{shown}"
     assert outcome.stdout == "", shown
 
 
