@@ -212,3 +212,16 @@ def edit_json(path: Path, edit: Callable[[Any], object]) -> None:
 
 def copy_tree(source: Path, target: Path) -> None:
     shutil.copytree(source, target, symlinks=True)
+
+
+def assert_same_output(dst: Path, ref: Path) -> None:
+    """Every file of two outputs byte-identical, the manifest equal but for its creation time."""
+    files = sorted(p.name for p in dst.iterdir())
+    assert files == sorted(p.name for p in ref.iterdir())
+    for name in files:
+        if name == MANIFEST:
+            a, b = (json.loads((d / name).read_text()) for d in (dst, ref))
+            a.pop("created"), b.pop("created")
+            assert a == b
+        else:
+            assert (dst / name).read_bytes() == (ref / name).read_bytes(), name

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from _helpers import NVFP4_EXPERTS, tree_hashes
-from hostile.corpus import MANIFEST, assert_error, run_cli
+from hostile.corpus import MANIFEST, assert_error, assert_same_output, run_cli
 
 from fp4convert.convert.execute import convert_checkpoint
 
@@ -37,19 +37,6 @@ CONVERSIONS = {
 
 def _convert_argv(src: Path, dst: Path, *extra: str) -> list[str]:
     return ["convert", str(src), str(dst), "--contract", str(NVFP4_EXPERTS), "-q", *extra]
-
-
-def _same_output(dst: Path, ref: Path) -> None:
-    """Every file byte-identical, the manifest equal but for its creation time."""
-    files = sorted(p.name for p in dst.iterdir())
-    assert files == sorted(p.name for p in ref.iterdir())
-    for name in files:
-        if name == MANIFEST:
-            a, b = (json.loads((d / name).read_text()) for d in (dst, ref))
-            a.pop("created"), b.pop("created")
-            assert a == b
-        else:
-            assert (dst / name).read_bytes() == (ref / name).read_bytes(), name
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +121,7 @@ def test_an_interrupted_conversion_resumes_to_the_same_bytes(interrupted, name):
     resumed = run_cli(_convert_argv(src, dst, "--resume"))
     assert resumed.code == 0, resumed.text()
     assert not staging.exists()
-    _same_output(dst, ref)
+    assert_same_output(dst, ref)
 
 
 def test_shards_finished_before_an_interruption_are_kept(interrupted, tmp_path):
@@ -145,7 +132,7 @@ def test_shards_finished_before_an_interruption_are_kept(interrupted, tmp_path):
     # Two shards were finished, but the second one's gate_proj share their outer scale with up_proj in
     # source shard 3, which the interrupted run never read to its end: only the first is kept.
     assert report.resumed_files == ["model-00001-of-00008.safetensors"]
-    _same_output(copy, ref)
+    assert_same_output(copy, ref)
 
 
 @pytest.mark.parametrize("name", ["kill-dequantize", "ctrl-c-dequantize", "kill-to-megatron"])
@@ -173,5 +160,5 @@ def test_a_second_run_on_a_busy_destination_is_refused(interrupted, label):
 def test_the_run_that_held_the_lock_finished_and_verifies(interrupted):
     root, src, ref, _, _ = interrupted
     assert not (root / "shared.partial").exists()
-    _same_output(root / "shared", ref)
+    assert_same_output(root / "shared", ref)
     assert run_cli(["verify", root / "shared", "--source", src]).code == 0
