@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -69,6 +70,7 @@ class SourceReader:
         self._next_offset: dict[str, int] = {}
         self._broken: set[str] = set()  # shards not hashed in one sequential sweep
         self.nonfinite: dict[str, dict[str, int]] = {}  # tensor -> {"nan": n, "inf": m}, where any
+        self._separate: dict[str, str] = {}  # sha256 of shards hashed in a pass of their own
         self._lock = threading.Lock()
         self._hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
         self._backlog: list[Future[None]] = []
@@ -103,14 +105,25 @@ class SourceReader:
                 self._backlog.pop(0).result()
         return tensor
 
-    def finished_hashes(self) -> dict[str, str]:
-        """sha256 of the source shards read front to back to their end so far (no extra reading)."""
+    def finished_hashes(self, also: Iterable[str] = ()) -> dict[str, str]:
+        """sha256 of the source shards whose hash can be known now: those read front to back to
+        their end, and those of ``also`` that were read out of order (hashed in a separate pass,
+        once: the pass :meth:`shard_hashes` would make at the end anyway)."""
         with self._lock:  # which shards are complete, and the hash updates queued for them so far
             pending = list(self._backlog)
             done = [s for s in self._hashers if s not in self._broken and self._next_offset[s] == self._size(s)]
+            broken = [s for s in also if s in self._broken]
         for future in pending:  # the pool runs updates in order: these include every update of `done`
             future.result()
-        return {shard: self._hashers[shard].hexdigest() for shard in done}
+        out = {shard: self._hashers[shard].hexdigest() for shard in done}
+        for shard in broken:
+            out[shard] = self._separate_hash(shard)
+        return out
+
+    def _separate_hash(self, shard: str) -> str:
+        if shard not in self._separate:
+            self._separate[shard] = file_sha256(self.source.root / shard)
+        return self._separate[shard]
 
     def _size(self, shard: str) -> int:
         entries = self.source.shards[shard]
@@ -124,7 +137,7 @@ class SourceReader:
         for shard in self.source.shards:
             size = (self.source.root / shard).stat().st_size
             if shard in self._broken or self._next_offset.get(shard) != size:
-                out[shard] = file_sha256(self.source.root / shard)  # fall back to a separate pass
+                out[shard] = self._separate_hash(shard)  # fall back to a separate pass
             else:
                 out[shard] = self._hashers[shard].hexdigest()
         return out

@@ -277,6 +277,11 @@ class Journal:
         self.data["sources"].update(sources or {})
         write_json_atomic(self.path, self.data)
 
+    def note_sources(self, sources: dict[str, str]) -> None:
+        """Record the sha256 of source files (every one, once all shards are written)."""
+        self.data["sources"].update(sources)
+        write_json_atomic(self.path, self.data)
+
     def remove(self) -> None:
         with writing(self.path, "cannot remove"):
             self.path.unlink(missing_ok=True)

@@ -202,8 +202,10 @@ def _convert_shards(
             out.sha.update(tensor_sha)
             counts = {i.info.name: reader.nonfinite[i.info.name] for i in items if i.info.name in reader.nonfinite}
             out.nonfinite.update(counts)
-            journal.record(file_name, tensor_sha, nonfinite=counts, sources=reader.finished_hashes())
+            sources = reader.finished_hashes(also=_inputs(plan, items))
+            journal.record(file_name, tensor_sha, nonfinite=counts, sources=sources)
         out.source_hashes = reader.shard_hashes()
+        journal.note_sources(out.source_hashes)  # a run refused now (NaN) can be resumed shard for shard
         out.read_back = {name: digest for future in read_back for name, digest in future.result().items()}
     finally:
         reader.close()
