@@ -3,12 +3,12 @@
 Without the source: every file the index names exists; every tensor has the manifest's dtype,
 shape and sha256; nothing is missing or extra; each quantized module carries exactly its dialect's
 tensors with the right dtypes; fused NVFP4 siblings share a bit-identical global scale; config.json
-routes engines to the dialect's loader; the folder holds no file fp4convert did not write (a stray
-``.tmp`` or ``.safetensors``, a ``.py`` an engine would run with ``trust_remote_code``; only a
-``README.md`` is tolerated, which ``publish`` replaces), and the files copied from the source
-(tokenizer ...) still have the sha256 the manifest recorded. With the source: every tensor is quantized again from the
-source with the embedded contract and compared byte for byte, and the first differing block is
-reported with its values.
+routes engines to the dialect's loader; the embedded contract hashes to ``contract_sha256``; the
+folder holds no file fp4convert did not write (a stray ``.tmp`` or ``.safetensors``, a ``.py`` an
+engine would run with ``trust_remote_code``; only a ``README.md`` is tolerated, which ``publish``
+replaces), and the files copied from the source (tokenizer ...) still have the sha256 the manifest
+recorded. With the source: every tensor is quantized again from the source with the embedded
+contract and compared byte for byte, and the first differing block is reported with its values.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from fp4convert.checkpoint.manifest import MANIFEST, read_manifest
 from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.checkpoint.source import INDEX_NAME, checked_file, open_checkpoint, shard_name_problem
-from fp4convert.contract import parse_contract
+from fp4convert.contract import contract_hash, parse_contract
 from fp4convert.dialects import Dialect, get_dialect, module_of
-from fp4convert.errors import CheckpointError
+from fp4convert.errors import CheckpointError, ContractError
 from fp4convert.formats.devices import check_device
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.hub import resolve_source
@@ -151,6 +151,18 @@ def _check_structure(name: str, info: Mapping[str, Any], dialect: Dialect, repor
             )
 
 
+def _check_contract(directory: Path, manifest: Mapping[str, Any], report: VerifyReport) -> None:
+    """The embedded contract is a valid contract and hashes to the manifest's ``contract_sha256``."""
+    try:
+        contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/{MANIFEST}", json_text=True)
+    except ContractError as exc:
+        report.checks.append(TensorCheck("contract", False, "contract", f"the embedded contract is invalid: {exc}"))
+        return
+    same = contract_hash(contract) == manifest["contract_sha256"]
+    detail = "" if same else "the embedded contract does not hash to contract_sha256: the manifest was edited"
+    report.checks.append(TensorCheck("contract", same, "contract", detail))
+
+
 #: a file fp4convert never writes that verify still accepts (``publish`` replaces it with the card)
 TOLERATED_FILES = ("README.md",)
 
@@ -232,6 +244,7 @@ def verify_checkpoint(
     report = VerifyReport(str(directory))
     dialect = get_dialect(manifest["dialect"])
     _check_config(directory, dialect, report)
+    _check_contract(directory, manifest, report)
     expected: dict[str, Mapping[str, Any]] = {}
     for name, info in manifest["tensors"].items():
         _check_structure(name, info, dialect, report)

@@ -41,7 +41,7 @@ def _pattern(draw: st.DrawFn, depth: int = 0) -> str:
     return anchors[0] + "".join(parts) + anchors[1]
 
 
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(pattern=_pattern(), texts=st.lists(st.text(alphabet="ab.x_1 \n", max_size=8), min_size=1, max_size=6))
 def test_the_same_verdict_as_re_fullmatch(pattern, texts):
     try:

@@ -275,6 +275,12 @@ OUTPUT_CASES: tuple[Case, ...] = (
     Case(
         "tampered", "manifest-sha", _manifest(lambda m: _first_output(m).update(sha256="0" * 64)), r"sha256|manifest"
     ),
+    Case(
+        "tampered",
+        "manifest-contract",
+        _manifest(lambda m: m["contract"].update(default="nvfp4")),
+        r"contract does not hash to contract_sha256",
+    ),
     Case("tampered", "manifest-field", _manifest(lambda m: m.pop("tensors")), r"tensors is missing"),
     Case(
         "tampered",
