@@ -123,9 +123,11 @@ def _fingerprint(plan: ConversionPlan, options: Mapping[str, Any]) -> str:
 
 
 def _inputs(plan: ConversionPlan, items: list[PlannedTensor]) -> set[str]:
-    """The source files an output shard's bytes depend on: its tensors' and their fused siblings'."""
+    """The source files an output shard's bytes depend on: its tensors' and their fused siblings'
+    (every stored part they are decoded from: an FP8 weight's scales may sit in another shard)."""
+    view = plan.source.view()
     names = {name for item in items for name in members_of(plan.groups, item)}
-    return {plan.source.tensor_file[name] for name in names}
+    return {part.file for name in names for part in view.unit_of(name).parts}
 
 
 def _check_source_unchanged(plan: ConversionPlan, journal: Journal) -> None:
@@ -191,7 +193,7 @@ def _convert_shards(
                 nonfinite = done.get("nonfinite")
                 out.nonfinite.update(nonfinite if isinstance(nonfinite, dict) else {})
                 out.resumed.append(file_name)
-                source_bytes = sum(plan.source.entry(i.info.name).nbytes for i in items)
+                source_bytes = sum(i.bytes_before for i in items)
                 hook("shard", {"file": file_name, "resumed": True, "bytes": source_bytes})
                 continue
             hook("shard", {"file": file_name, "resumed": False})

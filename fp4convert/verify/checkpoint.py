@@ -7,8 +7,10 @@ routes engines to the dialect's loader; the embedded contract hashes to ``contra
 folder holds no file fp4convert did not write (a stray ``.tmp`` or ``.safetensors``, a ``.py`` an
 engine would run with ``trust_remote_code``; only a ``README.md`` is tolerated, which ``publish``
 replaces), and the files copied from the source (tokenizer ...) still have the sha256 the manifest
-recorded. With the source: every tensor is quantized again from the source with the embedded
-contract and compared byte for byte, and the first differing block is reported with its values.
+recorded. With the source: every tensor is quantized again from the source (through the one
+dequantizer of an FP8 / MXFP4 / fused source) with the embedded contract and compared byte for
+byte, the first differing block reported with its values; and every tensor the plan calls lossless
+is decoded and compared with the dequantized source bit for bit (:mod:`fp4convert.verify.lossless`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from fp4convert.formats.devices import check_device
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.hub import resolve_source
 from fp4convert.plan import SharedAmax, input_amax, load_calibration, plan_conversion, quantize_tensor
+from fp4convert.verify.lossless import lossless_finding
 
 __all__ = ["TensorCheck", "VerifyReport", "verify_checkpoint"]
 
@@ -135,20 +138,13 @@ def _check_structure(name: str, info: Mapping[str, Any], dialect: Dialect, repor
         ok = list(info["outputs"]) == [name]
         report.checks.append(TensorCheck(name, ok, "structure", "" if ok else "a BF16 tensor must be copied as is"))
         return
-    module = name.rsplit(".", 1)[0]
-    outputs = info["outputs"]
-    for role, dtype in dialect.output_dtypes[fmt].items():
-        out = dialect.output_name(module, fmt, role)
-        if out is None:
-            continue
-        if out not in outputs:
-            if role != "input":
-                report.checks.append(TensorCheck(out, False, "structure", f"{fmt} module lacks its {role} tensor"))
-            continue
-        if outputs[out]["dtype"] != dtype:
-            report.checks.append(
-                TensorCheck(out, False, "dtype", f"{role} tensor is {outputs[out]['dtype']}, expected {dtype}")
-            )
+    dtypes = {out: entry["dtype"] for out, entry in info["outputs"].items()}
+    for role, out, found in dialect.tensor_problems(name.rsplit(".", 1)[0], fmt, dtypes):
+        if found is None:
+            report.checks.append(TensorCheck(out, False, "structure", f"{fmt} module lacks its {role} tensor"))
+        else:
+            expected = dialect.output_dtypes[fmt][role]
+            report.checks.append(TensorCheck(out, False, "dtype", f"{role} tensor is {found}, expected {expected}"))
 
 
 def _check_contract(directory: Path, manifest: Mapping[str, Any], report: VerifyReport) -> None:
@@ -418,5 +414,8 @@ def _compare_with_source(
                         "" if same else _first_difference(dialect, name, item.decision.format, actual, tensor.cpu()),
                     )
                 )
+            proof = lossless_finding(item, x, tensors, dialect)  # dequantize(output) == dequantize(source)
+            if proof is not None:
+                report.checks.append(TensorCheck(item.info.name, proof[0], "lossless", proof[1]))
     finally:
         reader.close()
