@@ -200,7 +200,12 @@ SOURCE_CASES: tuple[Case, ...] = (
     Case("config", "int32-norm", _retype(NORM, torch.int32), rf"{NORM} is int32 where a norm tensor"),
     Case("config", "int8-weight", _retype(EXPERT, torch.int8), rf"{EXPERT} is int8 where a GEMM weight"),
     Case("config", "bool-weight", _retype(EXPERT, torch.bool), rf"{EXPERT} is bool where a GEMM weight"),
-    Case("config", "fp8-weight", _retype(EXPERT, torch.float8_e4m3fn), rf"{EXPERT} is float8_e4m3fn where"),
+    Case(
+        "config",
+        "fp8-weight",
+        _retype(EXPERT, torch.float8_e4m3fn),
+        rf"{EXPERT}' is F8_E4M3, but config\.json declares no FP8 quantization_config",
+    ),
     Case(
         "config",
         "1d-linear",
