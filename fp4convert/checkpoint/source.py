@@ -180,10 +180,47 @@ def inventory_from_checkpoint(directory: str | Path) -> ModelInventory:
     return open_checkpoint(directory).inventory()
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``args[0]``)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def loads_unique(text: str) -> Any:
+    """``json.loads`` that refuses an object naming a key twice (``json`` keeps the last silently,
+    so an index listing a tensor twice would mean whatever each loader picks).
+
+    Raises:
+        DuplicateKeyError: a key listed twice (a ``ValueError``); json.JSONDecodeError as json.loads.
+
+    Example:
+        >>> loads_unique('{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}')
+        Traceback (most recent call last):
+        ...
+        fp4convert.checkpoint.source.DuplicateKeyError: w
+    """
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def _read_json(path: Path, *, unique: bool = False) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        text = path.read_text()
+        data = loads_unique(text) if unique else json.loads(text)
+    except DuplicateKeyError as exc:
+        raise CheckpointError(
+            f"{path}: lists {exc.args[0]!r} twice (which one a loader keeps is up to the loader)",
+            hint="a tensor lives in one shard: re-download the checkpoint",
+            file=str(path),
+            tensor=exc.args[0],
+        ) from exc
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: not readable JSON ({exc})", file=str(path)) from exc
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object", file=str(path))
@@ -194,10 +231,11 @@ def read_weight_map(index_path: Path) -> dict[str, str]:
     """The ``weight_map`` of an index: tensor name -> plain shard file name.
 
     Raises:
-        CheckpointError: no weight_map object, or a value that is not a plain ``*.safetensors``
-            file name (``../x.safetensors``, an absolute path, a number ...), naming the tensor.
+        CheckpointError: no weight_map object, a key listed twice, or a value that is not a plain
+            ``*.safetensors`` file name (``../x.safetensors``, an absolute path, a number ...),
+            naming the tensor.
     """
-    weight_map = _read_json(index_path).get("weight_map")
+    weight_map = _read_json(index_path, unique=True).get("weight_map")
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index_path} has no weight_map object", file=str(index_path))
     for tensor, name in weight_map.items():

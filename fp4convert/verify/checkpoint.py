@@ -27,7 +27,14 @@ from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.checkpoint.manifest import MANIFEST, read_manifest
 from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
-from fp4convert.checkpoint.source import INDEX_NAME, checked_file, open_checkpoint, shard_name_problem
+from fp4convert.checkpoint.source import (
+    INDEX_NAME,
+    DuplicateKeyError,
+    checked_file,
+    loads_unique,
+    open_checkpoint,
+    shard_name_problem,
+)
 from fp4convert.contract import contract_hash, parse_contract
 from fp4convert.dialects import Dialect, get_dialect, module_of
 from fp4convert.errors import CheckpointError, ContractError
@@ -291,7 +298,10 @@ def _check_index(directory: Path, weight_map: Mapping[str, str], report: VerifyR
     if not index_path.is_file():
         return
     try:
-        index = json.loads(index_path.read_text())
+        index = loads_unique(index_path.read_text())
+    except DuplicateKeyError as exc:  # engines would each keep the copy their JSON parser keeps
+        report.checks.append(TensorCheck(INDEX_NAME, False, "index", f"lists {exc.args[0]!r} twice"))
+        return
     except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
         report.checks.append(TensorCheck(INDEX_NAME, False, "index", f"unreadable: {exc}"))
         return

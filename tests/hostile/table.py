@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from _helpers import NVFP4_EXPERTS
 from hostile.cases import CONTRACT_CASES, EXPERT, OUTPUT_CASES, SOURCE_CASES, Case
 from hostile.corpus import ERROR, FAILS, OK, USAGE, Expect, Workspace
+from hostile.index_cases import INDEX_OUTPUT_CASES, INDEX_SOURCE_CASES
+from hostile.source_format_cases import SOURCE_FORMAT_CASES
 
 Argv = Callable[[Workspace], list[object]]
 
@@ -78,10 +80,18 @@ _HEADERS_ONLY = "reads only names, shapes and dtypes from the headers; the data 
 _INDEX_UNUSED = "reads every *.safetensors of the master folder (symlinks checked); the index is not used"
 _NOT_A_VERIFIER = "reads only the *.safetensors of the folder as an update dump; other files are no part of it"
 
+_BAD_INDEX = [c for c in INDEX_OUTPUT_CASES if c.name in ("index-parent", "index-absolute", "index-missing-file")]
+
 #: (command, case id or family) -> what the command does instead of refusing with ``case.says``
 DECISIONS: dict[tuple[str, str], Expect] = {
     # non-finite data: only what reads (and quantizes) the data can tell
     **{(c, "nonfinite"): Expect(OK, why=_HEADERS_ONLY) for c in ("plan", "explain", "contract-check")},
+    # a scale's value (NaN, zero, not a power of two) is data too: the header-only commands cannot see it
+    **{
+        (c, f"source-format/{name}"): Expect(OK, why=_HEADERS_ONLY)
+        for c in ("plan", "explain", "contract-check")
+        for name in ("fp8-nan-scale", "fp8-zero-scale", "ue8m0-not-power-of-two")
+    },
     ("to-megatron", "nonfinite"): Expect(OK, why="copies the BF16 master bit for bit: the learner trains on it as is"),
     ("verify-source", "nonfinite"): Expect(FAILS, r"FAIL source .*bytes differ"),
     ("validate-export-master", "nonfinite"): Expect(FAILS, r"FAIL"),
@@ -100,6 +110,9 @@ DECISIONS: dict[tuple[str, str], Expect] = {
             "traversal/side-file-symlink-out",
             "traversal/config-symlink-out",
             "config/absent-from-index",
+            "traversal/index-missing-file",
+            "traversal/index-listed-twice",
+            "traversal/index-symlink-out",
         )
     },
     **{
@@ -150,10 +163,18 @@ DECISIONS: dict[tuple[str, str], Expect] = {
         OK,
         why="dequantize reads any dialect's checkpoint, fp4convert's or not: without a manifest nothing is recorded",
     ),
+    # an output's index that names other files: verify compares it with the manifest (a failed check);
+    # dequantize opens the folder as a checkpoint, which refuses the index as for any source
+    **{
+        ("verify", case.id): Expect(FAILS, r"FAIL index .*weight_map differs from the manifest") for case in _BAD_INDEX
+    },
+    ("verify", "traversal/index-listed-twice"): Expect(FAILS, rf"FAIL index .*lists '{EXPERT}' twice"),
+    ("verify", "traversal/index-symlink-out"): Expect(FAILS, r"FAIL extra-file .*index\.json: a symlink"),
+    **{("dequantize", case.id): Expect(ERROR, case.says) for case in INDEX_OUTPUT_CASES},
     # an output used as an update dump: only its tensors count
     **{
         ("validate-export-dump", case.id): Expect(OK, why=_NOT_A_VERIFIER)
-        for case in OUTPUT_CASES
+        for case in OUTPUT_CASES + INDEX_OUTPUT_CASES
         if case.id not in ("stray-file/safetensors", "tampered/output-byte", "truncated/output-shard", "missing/shard")
     },
     ("validate-export-dump", "stray-file/safetensors"): Expect(FAILS, r"FAIL duplicate .*model-extra\.safetensors"),
@@ -195,8 +216,8 @@ def _default(command: str, case: Case, kind: str) -> Expect:
 def pairs() -> Iterator[tuple[str, str, Case, Expect]]:
     """Every (input kind, command, case, expectation) of the corpus."""
     for kind, commands, cases in (
-        ("source", ON_SOURCE, SOURCE_CASES),
-        ("output", ON_OUTPUT, OUTPUT_CASES),
+        ("source", ON_SOURCE, SOURCE_CASES + INDEX_SOURCE_CASES + SOURCE_FORMAT_CASES),
+        ("output", ON_OUTPUT, OUTPUT_CASES + INDEX_OUTPUT_CASES),
         ("contract", ON_CONTRACT, CONTRACT_CASES),
     ):
         for command in commands:
