@@ -117,6 +117,7 @@ class Expect:
     kind: str
     pattern: str = ""
     why: str = ""  # for "ok": the decision, in words
+    status: int = 1  # the exit status of "error" and "fails" (``doctor``: 2 for a folder it cannot read)
 
 
 ERROR = "error"
@@ -140,19 +141,19 @@ def judge(outcome: Outcome, ws: Workspace, before: dict[str, str], expect: Expec
         assert outcome.code == 2 and re.search(r"^Error: Invalid value for", outcome.stderr, re.M), shown
         assert re.search(expect.pattern, outcome.stderr, re.S), f"usage error lacks {expect.pattern!r}\n{shown}"
         return
-    assert outcome.code == 1, shown
+    assert outcome.code == expect.status, shown
     if expect.kind == FAILS:
         assert re.search(expect.pattern, outcome.stdout, re.S), f"report lacks {expect.pattern!r}\n{shown}"
         assert "error[" not in outcome.stderr, shown
         return
-    assert_error(outcome, expect.pattern)
+    assert_error(outcome, expect.pattern, status=expect.status)
 
 
-def assert_error(outcome: Outcome, pattern: str) -> None:
-    """One short fp4convert error (never ``internal``) matching ``pattern``, exit status 1."""
+def assert_error(outcome: Outcome, pattern: str, *, status: int = 1) -> None:
+    """One short fp4convert error (never ``internal``) matching ``pattern``, exit status ``status``."""
     shown = outcome.text()
     assert outcome.escaped is None and "Traceback" not in outcome.stderr, shown
-    assert outcome.code == 1, shown
+    assert outcome.code == status, shown
     lines = outcome.stderr.rstrip("\n").splitlines()
     first = ERROR_LINE.match(lines[0]) if lines else None
     assert first is not None and first["code"] != "internal", f"not one fp4convert error\n{shown}"

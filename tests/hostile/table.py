@@ -46,6 +46,7 @@ ON_OUTPUT: dict[str, Argv] = {
     "verify": lambda ws: ["verify", ws.out],
     "dequantize": lambda ws: ["dequantize", ws.out, ws.dst],
     "publish-dry-run": lambda ws: ["publish", ws.out, "me/tiny-nvfp4", "--dry-run"],
+    "doctor": lambda ws: ["doctor", ws.out],
     "validate-export-dump": lambda ws: [
         "validate-export",
         ws.out,
@@ -81,6 +82,44 @@ _INDEX_UNUSED = "reads every *.safetensors of the master folder (symlinks checke
 _NOT_A_VERIFIER = "reads only the *.safetensors of the folder as an update dump; other files are no part of it"
 
 _BAD_INDEX = [c for c in INDEX_OUTPUT_CASES if c.name in ("index-parent", "index-absolute", "index-missing-file")]
+
+_ENGINE_VIEW = (
+    "doctor judges what an engine loads (index, shards, tensors, scales, routing), not fp4convert's manifest, "
+    "hashes or stray files: verify does"
+)
+#: doctor is a report: a finding (exit 1) naming what it found, or exit 2 for a folder it cannot read
+_DOCTOR: dict[str, Expect] = {
+    "stray-file/safetensors": Expect(FAILS, r"error\[index/tensor-twice\]: tensors stored in two shards"),
+    "truncated/output-shard": Expect(FAILS, r"error\[index/shard-unreadable\]: .*cover \d+ bytes"),
+    "tampered/index": Expect(FAILS, r"error\[index/index-tensor-unlisted\].*\n  model\.norm\.weight"),
+    "tampered/config-json": Expect(ERROR, r"config\.json is missing or not a JSON object", status=2),
+    "missing/shard": Expect(FAILS, r"error\[index/shard-missing\]: .*names model-00002-of-00008\.safetensors"),
+    "traversal/index-parent": Expect(
+        FAILS, r"index-bad-name\]: .*'\.\./victim/evil\.safetensors'\); they were not read"
+    ),
+    "traversal/index-absolute": Expect(FAILS, r"index-bad-name\]: .*'/etc/passwd'\); they were not read"),
+    "traversal/index-missing-file": Expect(FAILS, r"shard-missing\]: .*names model-00009-of-00008\.safetensors"),
+    "traversal/index-listed-twice": Expect(FAILS, rf"index-unreadable\]: .*cannot be used: it lists '{EXPERT}' twice"),
+    "traversal/index-symlink-out": Expect(FAILS, r"index-unreadable\]: .*index\.json resolves to .*outside"),
+    **{
+        case: Expect(OK, why=_ENGINE_VIEW)
+        for case in (
+            "stray-file/python",
+            "stray-file/tmp",
+            "stray-file/folder",
+            "traversal/symlink-into-source",
+            "traversal/manifest-names-parent",
+            "tampered/manifest-sha",
+            "tampered/manifest-contract",
+            "tampered/manifest-field",
+            "tampered/manifest-shape-type",
+            "truncated/manifest",
+            "tampered/output-byte",
+            "tampered/copied-file",
+            "missing/manifest",
+        )
+    },
+}
 
 #: (command, case id or family) -> what the command does instead of refusing with ``case.says``
 DECISIONS: dict[tuple[str, str], Expect] = {
@@ -181,6 +220,7 @@ DECISIONS: dict[tuple[str, str], Expect] = {
     ("validate-export-dump", "tampered/output-byte"): Expect(FAILS, r"FAIL"),
     ("validate-export-dump", "truncated/output-shard"): Expect(ERROR, r"cover \d+ bytes"),
     ("validate-export-dump", "missing/shard"): Expect(FAILS, r"FAIL missing"),
+    **{("doctor", case): expect for case, expect in _DOCTOR.items()},
     # click refuses a directory where a contract file belongs before any command runs
     **{
         (command, "contract/directory"): Expect(USAGE, r"contracts\.d' is a directory")
