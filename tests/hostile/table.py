@@ -27,6 +27,7 @@ Argv = Callable[[Workspace], list[object]]
 ON_SOURCE: dict[str, Argv] = {
     "convert": lambda ws: ["convert", ws.src, ws.dst, "--contract", NVFP4_EXPERTS, "-q"],
     "to-megatron": lambda ws: ["to-megatron", ws.src, ws.dst],
+    "dequantize-source": lambda ws: ["dequantize", ws.src, ws.dst],
     "plan": lambda ws: ["plan", NVFP4_EXPERTS, "--model", ws.src, "--summary", "--json"],
     "explain": lambda ws: ["explain", NVFP4_EXPERTS, EXPERT, "--model", ws.src],
     "contract-check": lambda ws: ["contract", "check", NVFP4_EXPERTS, "--model", ws.src],
@@ -134,6 +135,32 @@ DECISIONS: dict[tuple[str, str], Expect] = {
     ("to-megatron", "nonfinite"): Expect(OK, why="copies the BF16 master bit for bit: the learner trains on it as is"),
     ("verify-source", "nonfinite"): Expect(FAILS, r"FAIL source .*bytes differ"),
     ("validate-export-master", "nonfinite"): Expect(FAILS, r"FAIL"),
+    # dequantize of a plain BF16 source has nothing to decode: once the folder opens, it refuses on
+    # that ground before reading a tensor (what else is wrong with the tensors, convert names)
+    **{
+        ("dequantize-source", case): Expect(ERROR, r"config\.json has no quantization_config of a known dialect")
+        for case in (
+            "nonfinite",
+            *(
+                f"config/{name}"
+                for name in (
+                    "more-layers",
+                    "fewer-layers",
+                    "hidden-size",
+                    "more-experts",
+                    "vocab",
+                    "moe-intermediate",
+                    "unknown-model",
+                    "gemm-missing",
+                    "int32-norm",
+                    "int8-weight",
+                    "bool-weight",
+                    "1d-linear",
+                    "empty-tensor",
+                )
+            ),
+        )
+    },
     # the master of validate-export is a folder of safetensors, not an index; its config.json is
     # read where it is (a symlink is as good as --config pointing there); a master that disagrees
     # with its config is a failed report naming the tensor, not an error

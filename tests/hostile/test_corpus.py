@@ -39,7 +39,7 @@ def test_bad_input(kind, case, workspace):
 
 def test_the_corpus_covers_every_family_for_every_command():
     families = {kind: {case.family for k, _, case, _ in _PAIRS if k == kind} for kind in _COMMANDS}
-    assert families["source"] >= {"truncated", "lying-header", "traversal", "config", "nonfinite"}
+    assert families["source"] >= {"truncated", "lying-header", "traversal", "config", "nonfinite", "source-format"}
     assert families["output"] >= {"stray-file", "traversal", "tampered", "truncated", "missing"}
     assert families["contract"] == {"contract"}
     for kind, commands in _COMMANDS.items():
