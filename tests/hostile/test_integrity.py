@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import _sources
 import pytest
 from _helpers import NVFP4_EXPERTS, tree_hashes
 from hostile.cases import EXPERT, NORM
@@ -218,3 +219,32 @@ def test_verify_accepts_a_readme_and_nothing_else_extra(good_inputs, tmp_path):
         report = run_cli(["verify", out])
         assert report.code == 1 and f"FAIL extra-file   {name}: a file fp4convert did not write" in report.stdout
         os.unlink(out / name)
+
+
+@pytest.mark.parametrize("kind", ["fp8", "mxfp4"])
+def test_an_interrupted_conversion_of_a_quantized_source_resumes_byte_identical(good_inputs, tmp_path, kind):
+    """A decoded source's shards depend on every stored part they are read from (an FP8 weight and
+    its scales, one expert's slice of a fused tensor): resume keeps what it may, and the output is
+    the uninterrupted one."""
+    build = {"fp8": lambda s, d: _sources.fp8_checkpoint(s, d, block=(32, 48)), "mxfp4": _sources.mxfp4_checkpoint}
+    src = build[kind](good_inputs[0], tmp_path / "src")
+    options = {} if kind == "fp8" else {"max_shard_size": 40_000}  # a one-file source: several output shards
+    ref = tmp_path / "ref"
+    convert_checkpoint(src, ref, contract=NVFP4_EXPERTS, **options)
+    dst = tmp_path / "dst"
+    begun = []
+
+    def stop(event, payload):
+        if event == "shard":
+            begun.append(payload["file"])
+            if len(begun) == 3:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        convert_checkpoint(src, dst, contract=NVFP4_EXPERTS, **options, progress=stop)
+    before = tree_hashes(src)
+    report = convert_checkpoint(src, dst, contract=NVFP4_EXPERTS, **options, resume=True)
+    assert tree_hashes(src) == before
+    assert_same_output(dst, ref)
+    if kind == "fp8":  # sharded source, each shard's inputs hashed by the interrupted run: kept
+        assert report.resumed_files, "nothing of the interrupted run was kept"
