@@ -4,6 +4,8 @@ option named, under the same guarantees as the rest of the corpus."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from _helpers import NVFP4_EXPERTS
@@ -103,3 +105,28 @@ def test_careless_argument(name, workspace):
     argv = build(workspace)
     before = workspace.tree()
     judge(run_cli(argv), workspace, before, expect)
+
+
+_SPLITS_SIBLINGS = """version: 1
+name: splits-siblings
+default: bf16
+rules:
+  - {kind: glob, namespace: hf, pattern: '*.mlp.experts.*', format: nvfp4}
+bf16_exceptions: {names: {hf: ['.gate_proj.']}}
+"""
+
+
+@pytest.mark.parametrize("command", ["convert", "contract-check"])
+def test_a_contract_splitting_fused_siblings_says_they_share_an_outer_scale(workspace, command):
+    workspace.contract.write_text(_SPLITS_SIBLINGS)
+    argv = {
+        "convert": ["convert", workspace.src, workspace.dst, "--contract", workspace.contract, "-q"],
+        "contract-check": ["contract", "check", workspace.contract, "--model", workspace.src],
+    }[command]
+    before = workspace.tree()
+    outcome = run_cli(argv)
+    said = outcome.stdout + outcome.stderr
+    assert outcome.code == 1 and "Traceback" not in said and workspace.tree() == before, outcome.text()
+    assert not workspace.dst.exists() and not workspace.staging.exists()
+    assert re.search(r"fused group '[\w.]+\.gate_up' splits into different formats", said), outcome.text()
+    assert "one GEMM whose outer scale they must share" in said, outcome.text()
