@@ -1,15 +1,19 @@
-"""Read a source checkpoint's tensors once, and hash its files on the way.
+"""Read a source checkpoint's tensors once, and hash its files and count non-finite values on the way.
 
 :class:`SourceReader` serves a source's logical tensors by name (one file descriptor per shard,
 one positional read per stored range, no mmap; quantized and fused sources decoded on the way)
 and computes every shard's sha256 from the bytes it reads anyway, so the manifest's source hashes
-cost no second pass over the source in the usual, front-to-back order.
+cost no second pass over the source in the usual, front-to-back order. It also counts the NaN and
+infinite values of every logical tensor it serves (:func:`nonfinite_counts`: one min/max pass, an
+exact count only for a tensor that has any), so a conversion can refuse NaN weights, or record
+them, without a pass of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -20,7 +24,29 @@ from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
 
-__all__ = ["SourceReader"]
+__all__ = ["SourceReader", "nonfinite_counts"]
+
+
+def nonfinite_counts(tensor: torch.Tensor) -> dict[str, int]:
+    """``{"nan": n, "inf": m}`` of a tensor, empty when every value is finite (or it is not floating).
+
+    One ``aminmax`` pass decides (NaN propagates into both, an infinity shows as one of them); only
+    a tensor with a non-finite value is counted exactly.
+
+    Example:
+        >>> nonfinite_counts(torch.tensor([1.0, float("nan"), float("-inf"), float("inf")]))
+        {'nan': 1, 'inf': 2}
+        >>> nonfinite_counts(torch.ones(3, dtype=torch.bfloat16))
+        {}
+    """
+    if not tensor.is_floating_point() or tensor.numel() == 0 or tensor.element_size() == 1:
+        return {}  # FP8 sources are decoded (or refused) before this; one-byte floats have no aminmax
+    low, high = torch.aminmax(tensor)
+    if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
+        return {}
+    nan = int(torch.isnan(tensor).sum())
+    inf = int(torch.isinf(tensor).sum())
+    return {k: v for k, v in (("nan", nan), ("inf", inf)) if v}
 
 
 class SourceReader:
@@ -45,6 +71,7 @@ class SourceReader:
         self._hashers: dict[str, Any] = {}
         self._next_offset: dict[str, int] = {}
         self._broken: set[str] = set()  # shards not hashed in one sequential sweep
+        self.nonfinite: dict[str, dict[str, int]] = {}  # tensor -> {"nan": n, "inf": m}, where any
         self._lock = threading.Lock()
         self._hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
         self._backlog: list[Future[None]] = []
@@ -66,7 +93,12 @@ class SourceReader:
     def read(self, name: str) -> torch.Tensor:
         """Logical tensor ``name`` of the source (a fresh CPU tensor): a stored tensor as it is, or
         decoded where the source stores it quantized or fused (:meth:`SourceCheckpoint.view`)."""
-        return self._decoder.read(name)
+        tensor = self._decoder.read(name)
+        counts = nonfinite_counts(tensor)
+        if counts:
+            with self._lock:
+                self.nonfinite[name] = counts
+        return tensor
 
     def read_range(self, shard: str, start: int, end: int) -> torch.Tensor:
         """Bytes ``[start, end)`` of ``shard`` as uint8 (one expert's slice of a fused tensor, a scale).
@@ -86,6 +118,32 @@ class SourceReader:
                 self._backlog.pop(0).result()
         return data
 
+    def finished_hashes(self, also: Iterable[str] = ()) -> dict[str, str]:
+        """sha256 of the source shards whose hash can be known now: those read front to back to
+        their end, and those of ``also`` that were read out of order (hashed in a separate pass,
+        once: the pass :meth:`shard_hashes` would make at the end anyway)."""
+        with self._lock:  # which shards are complete, and the hash updates queued for them so far
+            pending = list(self._backlog)
+            done = [s for s in self._hashers if s not in self._broken and self._next_offset[s] == self._size(s)]
+            broken = [s for s in also if s in self._broken]
+        for future in pending:  # the pool runs updates in order: these include every update of `done`
+            future.result()
+        out = {shard: self._hashers[shard].hexdigest() for shard in done}
+        for shard in broken:
+            out[shard] = self._separate_hash(shard)
+        return out
+
+    def _separate_hash(self, shard: str) -> str:
+        with self._lock:
+            if shard not in self._separate:
+                self._separate[shard] = self._separate_pool.submit(file_sha256, self.source.root / shard)
+            future = self._separate[shard]
+        return future.result()
+
+    def _size(self, shard: str) -> int:
+        entries = self.source.shards[shard]
+        return max((e.end for e in entries.values()), default=0)
+
     def shard_hashes(self) -> dict[str, str]:
         """sha256 of every source shard file (a separate pass for any not read front to back)."""
         for pending in self._backlog:
@@ -93,10 +151,8 @@ class SourceReader:
         out = {}
         for shard in self.source.shards:
             size = (self.source.root / shard).stat().st_size
-            if shard in self._separate:
-                out[shard] = self._separate[shard].result()
-            elif shard in self._broken or self._next_offset.get(shard) != size:
-                out[shard] = file_sha256(self.source.root / shard)  # fall back to a separate pass
+            if shard in self._separate or shard in self._broken or self._next_offset.get(shard) != size:
+                out[shard] = self._separate_hash(shard)  # hashed from disk, once
             else:
                 out[shard] = self._hashers[shard].hexdigest()
         return out

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 import torch
 
+from fp4convert.checkpoint.io_errors import writing
 from fp4convert.errors import CheckpointError
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES, safetensors_code
 
@@ -280,10 +281,15 @@ class StreamingWriter:
         raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
         self.sha256: dict[str, str] = {}
         self.nbytes = 8 + len(raw) + offset
-        # A fresh file, never through a symlink left at this name (it could point into the source).
-        self.path.unlink(missing_ok=True)
-        self._file: BinaryIO = self.path.open("xb")
-        self._file.write(struct.pack("<Q", len(raw)) + raw)
+        with writing(self.path):
+            # A fresh file, never through a symlink left at this name (it could point into the source).
+            self.path.unlink(missing_ok=True)
+            self._file: BinaryIO = self.path.open("xb")
+            try:
+                self._file.write(struct.pack("<Q", len(raw)) + raw)
+            except BaseException:
+                self.abort()
+                raise
         self._next = 0
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
@@ -300,7 +306,8 @@ class StreamingWriter:
             )
         data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
         self.sha256[name] = hashlib.sha256(data).hexdigest()  # type: ignore[arg-type]  # a buffer
-        self._file.write(memoryview(data))  # type: ignore[arg-type]
+        with writing(self.path):
+            self._file.write(memoryview(data))  # type: ignore[arg-type]
         self._next += 1
 
     def close(self, *, sync: bool = True) -> None:
@@ -316,12 +323,18 @@ class StreamingWriter:
                 f"{self.path}: {len(self._order) - self._next} declared tensors were not written "
                 f"(next: {self._order[self._next]!r})"
             )
-        self._file.flush()
-        if sync:
-            os.fsync(self._file.fileno())
-        self._file.close()
+        with writing(self.path):
+            try:
+                self._file.flush()
+                if sync:
+                    os.fsync(self._file.fileno())
+            finally:
+                self._file.close()
 
     def abort(self) -> None:
-        """Close without checks and delete the partial file."""
-        self._file.close()
+        """Close without checks and delete the partial file (never raises for a full disk)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass  # the buffered tail could not be written: the file goes anyway
         self.path.unlink(missing_ok=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fp4convert.checkpoint.consistency import source_problems
 from fp4convert.checkpoint.decode.units import SourceView
 from fp4convert.checkpoint.decode.view import source_view
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
@@ -73,13 +74,28 @@ class SourceCheckpoint:
 
     def inventory(self) -> ModelInventory:
         """Every tensor, classified by its family, from the headers already read: in read order
-        (shard by shard, each in data order), with decoded shapes and dtypes and source formats.
+        (shard by shard, each in data order), with decoded shapes and dtypes and source formats;
+        checked against config.json and the tensors' roles
+        (:func:`~fp4convert.checkpoint.consistency.source_problems`).
 
         Raises:
             MappingError: a tensor is not part of the config's family, or is ambiguous.
-            CheckpointError: the source's structure is inconsistent.
+            CheckpointError: the source's structure is inconsistent, or the tensors disagree with
+                config.json or their roles (every problem listed).
         """
-        return self.view().inventory()
+        inventory = self.view().inventory()
+        problems = source_problems(inventory)
+        if problems:
+            lines = problems.lines
+            listing = "\n  - ".join(lines)
+            raise CheckpointError(
+                f"{self.root}: the tensors do not match config.json or their roles ({len(lines)} problems):"
+                f"\n  - {listing}",
+                hint=problems.hint,
+                file=str(self.root / "config.json"),
+                problems=lines,
+            )
+        return inventory
 
 
 _JSON_TYPES = {int: "number", float: "number", bool: "boolean", list: "array", dict: "object", type(None): "null"}
@@ -164,10 +180,47 @@ def inventory_from_checkpoint(directory: str | Path) -> ModelInventory:
     return open_checkpoint(directory).inventory()
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (``args[0]``)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def loads_unique(text: str) -> Any:
+    """``json.loads`` that refuses an object naming a key twice (``json`` keeps the last silently,
+    so an index listing a tensor twice would mean whatever each loader picks).
+
+    Raises:
+        DuplicateKeyError: a key listed twice (a ``ValueError``); json.JSONDecodeError as json.loads.
+
+    Example:
+        >>> loads_unique('{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}')
+        Traceback (most recent call last):
+        ...
+        fp4convert.checkpoint.source.DuplicateKeyError: w
+    """
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def _read_json(path: Path, *, unique: bool = False) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        text = path.read_text()
+        data = loads_unique(text) if unique else json.loads(text)
+    except DuplicateKeyError as exc:
+        raise CheckpointError(
+            f"{path}: lists {exc.args[0]!r} twice (which one a loader keeps is up to the loader)",
+            hint="a tensor lives in one shard: re-download the checkpoint",
+            file=str(path),
+            tensor=exc.args[0],
+        ) from exc
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"{path}: not readable JSON ({exc})", file=str(path)) from exc
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object", file=str(path))
@@ -178,10 +231,11 @@ def read_weight_map(index_path: Path) -> dict[str, str]:
     """The ``weight_map`` of an index: tensor name -> plain shard file name.
 
     Raises:
-        CheckpointError: no weight_map object, or a value that is not a plain ``*.safetensors``
-            file name (``../x.safetensors``, an absolute path, a number ...), naming the tensor.
+        CheckpointError: no weight_map object, a key listed twice, or a value that is not a plain
+            ``*.safetensors`` file name (``../x.safetensors``, an absolute path, a number ...),
+            naming the tensor.
     """
-    weight_map = _read_json(index_path).get("weight_map")
+    weight_map = _read_json(index_path, unique=True).get("weight_map")
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index_path} has no weight_map object", file=str(index_path))
     for tensor, name in weight_map.items():
@@ -196,13 +250,33 @@ def read_weight_map(index_path: Path) -> dict[str, str]:
     return weight_map
 
 
+def _check_index(weight_map: dict[str, str], tensor_file: dict[str, str]) -> None:
+    """The index and the shards' headers must agree tensor for tensor."""
+    for tensor, name in weight_map.items():
+        if tensor_file.get(tensor) != name:
+            raise CheckpointError(
+                f"{INDEX_NAME} maps {tensor!r} to {name}, which does not hold it",
+                hint="the index is stale; re-download the checkpoint",
+                tensor=tensor,
+            )
+    unlisted = [t for t in tensor_file if t not in weight_map]
+    if unlisted:  # engines load by the index: a tensor it leaves out would silently vanish
+        raise CheckpointError(
+            f"{tensor_file[unlisted[0]]} holds {unlisted[0]!r}, which {INDEX_NAME} does not list"
+            + (f" ({len(unlisted) - 1} more such tensors)" if len(unlisted) > 1 else ""),
+            hint="the index is stale; re-download the checkpoint",
+            tensor=unlisted[0],
+            file=tensor_file[unlisted[0]],
+        )
+
+
 def open_checkpoint(path: str | Path) -> SourceCheckpoint:
     """Open an HF checkpoint directory: read config.json and every shard header.
 
     Raises:
         CheckpointError: missing directory or config.json, pickle-only weights, an index naming a
-            missing file or tensor or a name that is not a plain shard file name, a file that
-            resolves outside the source, or a tensor in two shards.
+            missing file or tensor or a name that is not a plain shard file name, a shard tensor
+            the index leaves out, a file that resolves outside the source, or a tensor in two shards.
     """
     root = Path(path)
     if not root.is_dir():
@@ -245,16 +319,12 @@ def open_checkpoint(path: str | Path) -> SourceCheckpoint:
         for tensor in entries:
             if tensor in tensor_file:
                 raise CheckpointError(
-                    f"tensor {tensor!r} is stored in both {tensor_file[tensor]} and {name}", tensor=tensor
+                    f"tensor {tensor!r} is stored in both {tensor_file[tensor]} and {name}",
+                    hint="a tensor lives in one shard: re-download the checkpoint",
+                    tensor=tensor,
                 )
             tensor_file[tensor] = name
     if weight_map is not None:
-        for tensor, name in weight_map.items():
-            if tensor_file.get(tensor) != name:
-                raise CheckpointError(
-                    f"{INDEX_NAME} maps {tensor!r} to {name}, which does not hold it",
-                    hint="the index is stale; re-download the checkpoint",
-                    tensor=tensor,
-                )
+        _check_index(weight_map, tensor_file)
     other = [f for f in files if not f.endswith(_NOT_COPIED_SUFFIXES) and f not in _NOT_COPIED_NAMES]
     return SourceCheckpoint(root, config, shards, tensor_file, other)

@@ -20,14 +20,13 @@ from fp4convert.cli.dequantize import dequantize
 from fp4convert.cli.diff import diff
 from fp4convert.cli.doctor import doctor
 from fp4convert.cli.explain import explain
+from fp4convert.cli.failures import show_failure
 from fp4convert.cli.golden import golden
 from fp4convert.cli.plan import plan
 from fp4convert.cli.publish import publish
-from fp4convert.cli.render import error_text
 from fp4convert.cli.to_megatron import to_megatron
 from fp4convert.cli.validate_export import validate_export
 from fp4convert.cli.verify import verify
-from fp4convert.errors import Fp4ConvertError
 from fp4convert.version import __version__
 
 __all__ = ["DEBUG_ENV", "cli", "main"]
@@ -66,7 +65,8 @@ for _command in _COMMANDS:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI, turning library errors into one readable line on stderr."""
+    """Entry point: run the CLI, turning any failure into one readable error on stderr
+    (:func:`~fp4convert.cli.failures.show_failure`; a scrubbed traceback with FP4CONVERT_DEBUG=1)."""
     try:
         # standalone_mode=False hands exit codes back instead of exiting: ctx.exit(n) returns n.
         code = cli.main(args=argv, standalone_mode=False)
@@ -76,9 +76,6 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except Fp4ConvertError as exc:
-        if os.environ.get(DEBUG_ENV):
-            raise
-        click.echo(error_text(exc), err=True)
-        sys.exit(1)
+    except Exception as exc:  # the one place any failure becomes what a user sees
+        sys.exit(show_failure(exc, debug=bool(os.environ.get(DEBUG_ENV))))
     sys.exit(code if isinstance(code, int) else 0)

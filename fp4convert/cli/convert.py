@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from fp4convert.cli import options
-from fp4convert.cli.render import echo_json, progress_bar
+from fp4convert.cli.render import echo_json, echo_notes, progress_bar
 
 
 @click.command()
@@ -29,6 +29,12 @@ from fp4convert.cli.render import echo_json, progress_bar
 @options.revision_option("SOURCE")
 @options.overwrite
 @click.option("--resume", is_flag=True, help="Continue an interrupted run, keeping verified shards.")
+@click.option(
+    "--allow-nonfinite",
+    is_flag=True,
+    help="Convert source tensors holding NaN/inf values (recorded in the manifest and the model card) "
+    "instead of refusing them.",
+)
 @options.quiet
 @options.json_output
 def convert(
@@ -43,6 +49,7 @@ def convert(
     revision: str | None,
     overwrite: bool,
     resume: bool,
+    allow_nonfinite: bool,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -66,11 +73,16 @@ def convert(
             resume=resume,
             calibration=calibration,
             revision=revision,
+            allow_nonfinite=allow_nonfinite,
             progress=hook,
         )
     if as_json:
         echo_json(report)
         return
+    if report.nonfinite:
+        echo_notes(
+            [f"{len(report.nonfinite)} source tensors held NaN/inf values, converted as asked (--allow-nonfinite)"]
+        )
     formats = ", ".join(f"{n} {fmt}" for fmt, n in sorted(report.formats.items()))
     click.echo(
         f"converted {report.tensors} tensors ({formats}) with contract {report.contract} "

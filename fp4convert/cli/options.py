@@ -15,6 +15,7 @@ import click
 
 from fp4convert.dialects import DIALECTS
 from fp4convert.errors import ConversionError
+from fp4convert.formats.devices import check_device
 from fp4convert.inventory import ModelInventory
 from fp4convert.model_source import load_model_inventory
 
@@ -38,8 +39,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTRACT_FILE = click.Path(dir_okay=False, path_type=Path)
 
 json_output = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+
+
+def _checked_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    return check_device(value)  # a misspelled or absent device is refused before any work
+
+
 device = click.option(
-    "--device", default="cpu", show_default=True, help="Where to quantize: cpu, cuda, cuda:1 (same bytes)."
+    "--device",
+    default="cpu",
+    show_default=True,
+    callback=_checked_device,
+    help="Where to quantize: cpu, cuda, cuda:1 (same bytes).",
 )
 overwrite = click.option("--overwrite", is_flag=True, help="Replace an existing destination.")
 quiet = click.option("--quiet", "-q", is_flag=True, help="No progress output.")

@@ -5,6 +5,12 @@ through :func:`json.loads`. The composed YAML node tree keeps line numbers, so a
 location such as ``('rules', 2, 'format')`` is mapped back to the line it came from. Duplicate
 keys, which both YAML and JSON loaders would silently resolve to the last value, are errors.
 
+A contract is untrusted input, so the work is bounded before anything walks the document: at most
+:data:`MAX_CONTRACT_BYTES` of text (:data:`MAX_DOCUMENT_BYTES` for other documents such as tensor
+lists), YAML aliases may add at most :data:`MAX_ALIAS_NODES` nodes to the tree they expand into (an
+alias bomb expands exponentially), an alias may not contain itself, and nesting deeper than
+:data:`MAX_DEPTH` levels is an error, not a crash.
+
 Each problem becomes one :class:`~fp4convert.errors.ContractError` whose message is one line,
 ``FILE:LINE: FIELD: what is wrong``, and whose hint says what to do; the structured fields
 ``file``, ``line`` and ``field`` carry the same facts for programs.
@@ -29,9 +35,46 @@ from fp4convert.contract.model import Contract
 from fp4convert.contract.sections import UNION_TAGS
 from fp4convert.errors import ContractError, Fp4ConvertError
 
-__all__ = ["load_contract", "parse_contract", "read_document", "validate_document"]
+__all__ = [
+    "MAX_ALIAS_NODES",
+    "MAX_CONTRACT_BYTES",
+    "MAX_DOCUMENT_BYTES",
+    "load_contract",
+    "parse_contract",
+    "read_document",
+    "validate_document",
+]
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+#: the largest contract text read (the shipped ones are a few KB)
+MAX_CONTRACT_BYTES = 1 << 20
+#: the largest other YAML/JSON document read (tensor lists of the largest models are a few MB)
+MAX_DOCUMENT_BYTES = 64 << 20
+#: how many nodes YAML aliases may add to a document when expanded
+MAX_ALIAS_NODES = 100_000
+#: how deep a document may nest (a contract nests four levels)
+MAX_DEPTH = 64
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses to nest deeper than :data:`MAX_DEPTH` (it recurses)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
 
 # Hints for errors on particular fields, keyed by the field path with list indexes dropped.
 _FIELD_HINTS: dict[str, str] = {
@@ -40,8 +83,9 @@ _FIELD_HINTS: dict[str, str] = {
     "rules": "a contract needs at least one rule, e.g. {kind: glob, namespace: hf, pattern: '*', format: bf16}",
     "name": "names use letters, digits, '_', '.' and '-', and start with a letter",
     "rules.name": "names use letters, digits, '_', '.' and '-', and start with a letter",
-    "rules.pattern": "glob uses fnmatch (* ? [seq], close every '['); regex uses Python re and must "
-    "match the whole name; exact is the whole name",
+    "rules.pattern": "glob uses fnmatch (* ? [seq], close every '['); regex uses Python re "
+    "syntax (its regular subset: no backreferences, lookaround or inline flags) and must match the whole name; "
+    "exact is the whole name",
     "bf16_exceptions.embeddings": "embeddings are never quantized; leave the field out or write true",
     "bf16_exceptions.norms": "norm weights are never quantized; leave the field out or write true",
     "bf16_exceptions.first_layers": "write a count (e.g. 2) or {fraction: 0.15, rounding: ceil}",
@@ -68,9 +112,20 @@ def load_contract(path: str | os.PathLike[str]) -> Contract:
         >>> contract.backward, contract.formats.nvfp4.per_token_activations
         ('high_precision', True)
     """
-    from fp4convert.contract.shipped import resolve_contract_path
+    from fp4convert.contract.shipped import resolve_contract_path, shipped_contracts
 
-    data, root, source = read_document(resolve_contract_path(path), error_cls=ContractError)
+    resolved = resolve_contract_path(path)
+    text = os.fspath(resolved)
+    if not Path(text).exists() and not Path(text).suffix and os.sep not in text:
+        names = sorted(shipped_contracts())
+        close = difflib.get_close_matches(text, names, n=1, cutoff=0.5)
+        guess = f"did you mean '{close[0]}'? " if close else ""
+        raise ContractError(
+            f"{text}: no such contract file, and no shipped contract of that name",
+            hint=f"{guess}shipped contracts: {', '.join(names)}; or give the path of a .yaml/.json file",
+            file=text,
+        )
+    data, root, source = read_document(resolved, error_cls=ContractError, max_bytes=MAX_CONTRACT_BYTES)
     return validate_document(Contract, data, root, source, error_cls=ContractError)
 
 
@@ -82,23 +137,26 @@ def parse_contract(text: str, *, source: str = "<contract>", json_text: bool = F
         ...                "[{kind: glob, namespace: hf, pattern: '*', format: bf16}]").name
         'x'
     """
-    data, root = _parse_text(text, source, json_text=json_text, error_cls=ContractError)
+    data, root = _parse_text(text, source, json_text=json_text, error_cls=ContractError, max_bytes=MAX_CONTRACT_BYTES)
     return validate_document(Contract, data, root, source, error_cls=ContractError)
 
 
-def read_document(path: str | os.PathLike[str], *, error_cls: type[Fp4ConvertError]) -> tuple[Any, Node | None, str]:
+def read_document(
+    path: str | os.PathLike[str], *, error_cls: type[Fp4ConvertError], max_bytes: int = MAX_DOCUMENT_BYTES
+) -> tuple[Any, Node | None, str]:
     """Read a YAML or JSON file safely: (data, YAML node tree for line numbers or None, source).
 
     Args:
         path: a ``.yaml``, ``.yml`` or ``.json`` file.
         error_cls: the exception to raise (ContractError for contracts, MappingError for models).
+        max_bytes: the largest file read.
 
     Returns:
         The parsed data, the composed YAML node tree (None if a JSON file is not also valid YAML)
         and the file name used in messages.
 
     Raises:
-        error_cls: the file is missing, has another extension, or does not parse.
+        error_cls: the file is missing, has another extension, is too large, or does not parse.
 
     Example:
         >>> data, root, source = read_document("contracts/bf16-all.yaml", error_cls=ContractError)
@@ -114,15 +172,88 @@ def read_document(path: str | os.PathLike[str], *, error_cls: type[Fp4ConvertErr
             file=source,
         )
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as f:
+            raw = f.read(max_bytes + 1)  # never more than the cap, whatever the file's size
+        _check_size(len(raw), max_bytes, source, error_cls)
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise error_cls(f"{source}: cannot read the file: {reason}", hint="check the path", file=source) from exc
-    data, root = _parse_text(text, source, json_text=file.suffix.lower() == ".json", error_cls=error_cls)
+    data, root = _parse_text(
+        text, source, json_text=file.suffix.lower() == ".json", error_cls=error_cls, max_bytes=max_bytes
+    )
     return data, root, source
 
 
+def _check_size(size: int, max_bytes: int, source: str, error_cls: type[Fp4ConvertError]) -> None:
+    if size > max_bytes:
+        raise error_cls(
+            f"{source}: the document is larger than {max_bytes} bytes",
+            hint="a contract is a few kilobytes; check that this is the right file",
+            file=source,
+        )
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: Node, source: str, error_cls: type[Fp4ConvertError]) -> None:
+    """Refuse a node tree that contains itself (a recursive alias) or whose aliases expand it by
+    more than :data:`MAX_ALIAS_NODES` nodes. Iterative and memoized: linear in the distinct nodes."""
+    expanded: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            on_path.discard(key)
+            expanded[key] = 1 + sum(expanded[id(child)] for child in _children(node))
+            continue
+        if key in expanded:
+            continue
+        if key in on_path:
+            line = node.start_mark.line + 1
+            raise error_cls(
+                f"{source}:{line}: a YAML alias refers to a node that contains it",
+                hint="write the value out; a contract cannot be recursive",
+                file=source,
+                line=line,
+            )
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in expanded)
+    if expanded[id(root)] > len(expanded) + MAX_ALIAS_NODES:
+        raise error_cls(
+            f"{source}: YAML aliases expand the document to {expanded[id(root)]} nodes "
+            f"({len(expanded)} written; at most {MAX_ALIAS_NODES} more are allowed)",
+            hint="write the values out instead of repeating aliases (an alias bomb?)",
+            file=source,
+        )
+
+
 def _parse_text(
+    text: str, source: str, *, json_text: bool, error_cls: type[Fp4ConvertError], max_bytes: int = MAX_DOCUMENT_BYTES
+) -> tuple[Any, Node | None]:
+    _check_size(len(text.encode("utf-8", "surrogatepass")), max_bytes, source, error_cls)
+    try:
+        return _parse_bounded(text, source, json_text=json_text, error_cls=error_cls)
+    except (RecursionError, _TooDeep) as exc:
+        line = exc.line if isinstance(exc, _TooDeep) else None
+        raise error_cls(
+            f"{source}{f':{line}' if line else ''}: the document nests deeper than {MAX_DEPTH} levels",
+            hint="a contract nests a few levels; check that this is the right file",
+            file=source,
+            line=line,
+        ) from None
+
+
+def _parse_bounded(
     text: str, source: str, *, json_text: bool, error_cls: type[Fp4ConvertError]
 ) -> tuple[Any, Node | None]:
     root: Node | None
@@ -130,10 +261,11 @@ def _parse_text(
         # json.loads has JSON's exact number and string rules; the YAML composition (which
         # parses nearly all JSON) only serves line numbers and the duplicate-key check.
         try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
+            root = yaml.compose(text, Loader=_BoundedLoader)
         except yaml.YAMLError:
             root = None
         if root is not None:
+            _check_expansion(root, source, error_cls)
             _reject_duplicate_keys(root, source, error_cls)
         try:
             return json.loads(text, object_pairs_hook=_json_object(source, error_cls)), root
@@ -144,11 +276,13 @@ def _parse_text(
                 file=source,
                 line=exc.lineno,
             ) from exc
-    loader = yaml.SafeLoader(text)
+    loader: _BoundedLoader | None = None
     try:
+        loader = _BoundedLoader(text)  # the reader checks every character here already
         root = loader.get_single_node()
         if root is None:
             return None, None
+        _check_expansion(root, source, error_cls)
         _reject_duplicate_keys(root, source, error_cls)
         return loader.construct_document(root), root
     except yaml.MarkedYAMLError as exc:
@@ -160,8 +294,16 @@ def _parse_text(
             file=source,
             line=line,
         ) from exc
+    except yaml.YAMLError as exc:  # e.g. a control character (ReaderError carries no line)
+        reason = str(exc).splitlines()[0]
+        raise error_cls(
+            f"{source}: invalid YAML: {reason}",
+            hint="a contract is plain UTF-8 text; remove control characters",
+            file=source,
+        ) from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _json_object(source: str, error_cls: type[Fp4ConvertError]) -> Any:

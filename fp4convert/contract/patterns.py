@@ -7,7 +7,10 @@ Three kinds, each with one meaning:
   ``*`` also crosses dots (``*.mlp.experts.*`` matches ``model.layers.3.mlp.experts.7.up_proj.weight``).
   This is the grammar TransformerEngine's precision matchers use (``fnmatch`` on the module path),
   so a Megatron-namespace glob can be emitted to TE verbatim.
-* ``regex``: :func:`re.fullmatch`, so the pattern must cover the whole name (no implicit ``.*``).
+* ``regex``: what :func:`re.fullmatch` says, so the pattern must cover the whole name (no implicit
+  ``.*``); run by :mod:`fp4convert.contract.linear_regex` in time linear in the name (a contract is
+  untrusted: ``(a+)+$`` must not hang), which accepts the regular subset of ``re`` and refuses
+  backreferences, lookaround and the like with the reason.
 
 Specificity ranks the rules that match one tensor (see :mod:`fp4convert.contract.resolve`): first
 the kind (``exact`` > ``regex`` > ``glob``, the compressed-tensors ``match_targets`` order), then the
@@ -20,7 +23,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, Protocol
+
+from fp4convert.contract.linear_regex import LinearRegex, UnsupportedRegex
 
 __all__ = ["KIND_RANK", "MatchKind", "check_pattern", "literal_length", "matches"]
 
@@ -58,6 +63,14 @@ def check_pattern(kind: MatchKind, pattern: str) -> str | None:
             re.compile(pattern)
         except re.error as exc:
             return f"invalid regex: {exc}"
+        except RecursionError:
+            return "invalid regex: nested too deeply"
+        try:
+            _compiled(kind, pattern)
+        except UnsupportedRegex as exc:
+            return f"unsupported regex: {exc}"
+        except RecursionError:
+            return "unsupported regex: nested too deeply"
     elif kind == "glob":
         return _check_glob_brackets(pattern)
     return None
@@ -86,10 +99,14 @@ def _check_glob_brackets(pattern: str) -> str | None:
     return None
 
 
+class _Matcher(Protocol):
+    def fullmatch(self, text: str, /) -> object: ...
+
+
 @lru_cache(maxsize=4096)
-def _compiled(kind: MatchKind, pattern: str) -> re.Pattern[str]:
-    if kind == "regex":
-        return re.compile(pattern)
+def _compiled(kind: MatchKind, pattern: str) -> _Matcher:
+    if kind == "regex":  # never Python's backtracking engine on a contract's pattern
+        return LinearRegex(pattern)
     if kind == "glob":
         return re.compile(fnmatch.translate(pattern))
     return re.compile(re.escape(pattern))
@@ -104,7 +121,7 @@ def matches(kind: MatchKind, pattern: str, name: str) -> bool:
         >>> matches("regex", "layers", "model.layers.0.mlp.gate.weight")
         False
     """
-    return _compiled(kind, pattern).fullmatch(name) is not None
+    return bool(_compiled(kind, pattern).fullmatch(name))
 
 
 @lru_cache(maxsize=4096)

@@ -318,7 +318,10 @@ def fused_conflicts(
     ]
 
 
-FUSED_CONFLICT_HINT = "the engines run fused siblings as one GEMM: put every sibling under the same rule or exception"
+FUSED_CONFLICT_HINT = (
+    "the engines run fused siblings as one GEMM whose outer scale they must share, so the siblings need one "
+    "format: put every sibling under the same rule or exception"
+)
 
 
 def describe_conflict(group: str, members: tuple[TensorInfo, ...], decisions: dict[str, Decision]) -> str:

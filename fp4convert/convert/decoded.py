@@ -3,8 +3,10 @@ a plain per-tensor checkpoint, through the one dequantizer every other command u
 
 Each source shard becomes one output shard (under generated names), holding its logical tensors in
 read order: dense tensors byte for byte, FP8 block-scaled and MXFP4 weights as their dequantized
-BF16, fused 3-D experts split per expert. Scales are checked before anything is written; output is
-staged in ``DST.partial/`` and renamed when complete; the source is only read.
+BF16, fused 3-D experts split per expert. Scales, and for a model of a known family the tensors
+against config.json, are checked before anything is written; output is
+staged in ``DST.partial/`` (locked) and renamed when complete, removed on any failure (a full disk
+or a read-only folder is one named error); the source is only read.
 """
 
 from __future__ import annotations
@@ -15,12 +17,24 @@ from pathlib import Path
 import torch
 
 from fp4convert.checkpoint.decode import DecodedSource
+from fp4convert.checkpoint.io_errors import writing
+from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, output_shard_names
-from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
+from fp4convert.checkpoint.staging import discard, prepare_staging, publish, write_json_atomic
+from fp4convert.errors import MappingError
+from fp4convert.families import family_for_config
 from fp4convert.version import __version__
 
 __all__ = ["write_decoded"]
+
+
+def _known_family(source: SourceCheckpoint) -> bool:
+    try:
+        family_for_config(source.config)
+    except MappingError:
+        return False  # an FP8 release of a model fp4convert has no family for is still decoded as stored
+    return True
 
 
 def write_decoded(
@@ -39,10 +53,15 @@ def write_decoded(
         (decoded tensors per source format, tensors copied as stored).
 
     Raises:
-        CheckpointError: a bad scale (before anything is written), unreadable files.
-        ConversionError: the destination exists (without ``overwrite``) or overlaps the source.
+        CheckpointError: a bad scale, tensors that disagree with config.json (a model of a known
+            family; both before anything is written), unreadable files, a file that
+            cannot be written (disk full, read-only).
+        ConversionError: the destination exists (without ``overwrite``), overlaps the source or is
+            locked by another run.
     """
     view = source.view()
+    if _known_family(source):  # the tensors must be the model config.json describes (as for convert)
+        source.inventory()
     by_file: dict[str, list[str]] = {}
     for t in view:
         by_file.setdefault(view.file_of(t.name), []).append(t.name)
@@ -70,18 +89,22 @@ def write_decoded(
                     writer.write(name, tensor if view.tensors[name].source_format == "dense" else tensor.to(dtype))
                     weight_map[name] = names[shard]
                 writer.close()
-                tmp.rename(staging / names[shard])
+                with writing(staging / names[shard]):
+                    tmp.rename(staging / names[shard])
+            config = {k: v for k, v in source.config.items() if k != "quantization_config"}
+            config["torch_dtype"] = str(dtype).removeprefix("torch.")
+            write_json_atomic(staging / "config.json", config)
+            if len(names) > 1:
+                total = sum((staging / s).stat().st_size for s in names.values())
+                index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+                write_json_atomic(staging / INDEX_NAME, index)
+            for name in source.other_files:
+                if name != MANIFEST:  # a manifest describes the quantized files, not these
+                    with writing(staging / name):
+                        shutil.copy2(source.root / name, staging / name)
+            publish(staging, destination)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            discard(staging)
             raise
-    config = {k: v for k, v in source.config.items() if k != "quantization_config"}
-    config["torch_dtype"] = str(dtype).removeprefix("torch.")
-    write_json_atomic(staging / "config.json", config)
-    if len(names) > 1:
-        total = sum((staging / s).stat().st_size for s in names.values())
-        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
-    for name in source.other_files:
-        shutil.copy2(source.root / name, staging / name)
-    publish(staging, destination)
     formats = {f: n for f, n in view.formats().items() if f != "dense"}
     return formats, view.formats().get("dense", 0)

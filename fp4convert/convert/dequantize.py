@@ -7,6 +7,11 @@ load NVFP4 MoE checkpoints on CPU today). The decode is the one engines use:
 ``W = e2m1 * float(weight_scale) * global_decode`` for NVFP4 (``global_decode`` is ModelOpt's
 ``weight_scale_2``, or ``1 / weight_global_scale`` for compressed-tensors) and
 ``W = e4m3 * 2**(e - 127)`` for MXFP8, in float32, cast once. Activation and KV scales are dropped.
+
+When the checkpoint carries fp4convert's manifest it is verified first (structure, no stray file,
+every tensor's sha256 as the manifest records it; :func:`fp4convert.verify.verify_checkpoint`), so
+a modified or damaged output is refused with the first failure named instead of decoded. On any
+failure ``DST.partial/`` is removed.
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from pathlib import Path
 
 import torch
 
+from fp4convert.checkpoint.io_errors import writing
+from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
-from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint, output_shard_names
-from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
+from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint, output_shard_names
+from fp4convert.checkpoint.staging import discard, prepare_staging, publish, write_json_atomic
 from fp4convert.convert.decoded import write_decoded
 from fp4convert.dialects import DIALECTS, Dialect, dialect_for_config
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.verify.checkpoint import verify_checkpoint
 from fp4convert.version import __version__
 
 __all__ = ["DequantizeReport", "dequantize_checkpoint"]
@@ -105,16 +113,31 @@ def _decode(
     return w.to(dtype)
 
 
+def _check_manifest(ckpt: SourceCheckpoint, source: str | Path) -> None:
+    """An fp4convert output is verified (structure, files, every tensor's sha256) before decoding."""
+    if not (ckpt.root / MANIFEST).is_file():
+        return  # another tool's checkpoint: nothing recorded to check it against
+    report = verify_checkpoint(ckpt.root)
+    if not report.ok:
+        raise CheckpointError(
+            f"{source} does not match its {MANIFEST}: {report.summary()}",
+            hint=f"the checkpoint was modified or damaged: `fp4convert verify {source}` lists every failure; "
+            "convert it again",
+            failures=[c.__dict__ for c in report.failures],
+        )
+
+
 def dequantize_checkpoint(
     source: str | Path, destination: str | Path, *, dtype: torch.dtype = torch.bfloat16, overwrite: bool = False
 ) -> DequantizeReport:
     """Write a high-precision copy of a quantized checkpoint (see the module docstring).
 
     Raises:
-        CheckpointError: the source has no quantization_config of a known dialect, or a module
-            lacks one of its scale tensors.
-        ConversionError: nothing to dequantize, or the destination exists (without ``overwrite``)
-            or overlaps the source.
+        CheckpointError: the source has no quantization_config of a known dialect, a module
+            lacks one of its scale tensors, a checkpoint with a manifest does not verify against
+            it, or a file cannot be written (disk full, read-only).
+        ConversionError: nothing to dequantize, or the destination exists (without ``overwrite``),
+            overlaps the source or is locked by another run.
     """
     ckpt = open_checkpoint(source)
     dialect = dialect_for_config(ckpt.config)
@@ -129,6 +152,7 @@ def dequantize_checkpoint(
             hint=f"expected one of {', '.join(d.quant_method for d in DIALECTS.values())}; "
             "a BF16 checkpoint needs no dequantization",
         )
+    _check_manifest(ckpt, source)
     all_names = set(ckpt.tensor_file)
     plans = {shard: _shard_outputs(e, dialect, all_names, dtype) for shard, e in ckpt.shards.items()}
     kinds = [out[3][0] for outputs in plans.values() for out in outputs if out[3] is not None]
@@ -157,22 +181,24 @@ def dequantize_checkpoint(
                 writer.write(name, read(name) if how is None else _decode(dialect, how, read, dtype))
                 weight_map[name] = out_names[shard]
             writer.close()
-            tmp.rename(staging / out_names[shard])
+            with writing(staging / out_names[shard]):
+                tmp.rename(staging / out_names[shard])
+        config = {k: v for k, v in ckpt.config.items() if k != "quantization_config"}
+        config["torch_dtype"] = str(dtype).removeprefix("torch.")
+        write_json_atomic(staging / "config.json", config)
+        if len(out_names) > 1:
+            total = sum((staging / s).stat().st_size for s in out_names.values())
+            write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
+        for name in ckpt.other_files:
+            if name != MANIFEST:
+                with writing(staging / name):
+                    shutil.copy2(ckpt.root / name, staging / name)
+        publish(staging, destination)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
         raise
     finally:
         for f in files.values():
             f.close()
-    config = {k: v for k, v in ckpt.config.items() if k != "quantization_config"}
-    config["torch_dtype"] = str(dtype).removeprefix("torch.")
-    write_json_atomic(staging / "config.json", config)
-    if len(out_names) > 1:
-        total = sum((staging / s).stat().st_size for s in out_names.values())
-        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
-    for name in ckpt.other_files:
-        if name != "fp4convert.json":
-            shutil.copy2(ckpt.root / name, staging / name)
-    publish(staging, destination)
     copied = sum(out[3] is None for outputs in plans.values() for out in outputs)
     return DequantizeReport(str(destination), kinds.count("nvfp4"), kinds.count("mxfp8"), copied)

@@ -1,10 +1,12 @@
 """The manifest every converted checkpoint carries (``fp4convert.json``): what the converter records.
 
 The manifest embeds the contract and its hash, the fp4convert version and quantizer profile, the
-source files' sha256, the source's formats and dequantizers, and for every source tensor its
-decision, its source format, whether it is lossless (and why) and the sha256 of each output
-tensor. Its file name, version and reader are :mod:`fp4convert.checkpoint.manifest`; ``verify``
-and ``publish`` read it; it is written last, so its presence marks a finished conversion.
+source files' sha256, the source's formats and dequantizers, the source tensors that held NaN /
+inf values (``nonfinite``: name -> counts, converted as the quantizers' NaN policy says, only under
+``allow_nonfinite``), and for every source tensor its decision, its source format, whether it is
+lossless (and why) and the sha256 of each output tensor. Its file name, version and reader are
+:mod:`fp4convert.checkpoint.manifest`; ``verify`` and ``publish`` read it; it is written last, so
+its presence marks a finished conversion.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def build_manifest(
     hub_commit: str | None,
     device: str,
     calibration_path: str | None,
+    nonfinite: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a conversion (see the module docstring).
 
@@ -45,6 +48,8 @@ def build_manifest(
         hub_commit: the snapshot commit converted (None for a local folder).
         device: where tensors were quantized.
         calibration_path: the calibration file, if any.
+        nonfinite: source tensors that held NaN / inf values, with their counts (converted under
+            ``allow_nonfinite``; recorded under ``nonfinite`` so the model card can say so).
     """
     tensors: dict[str, Any] = {}
     formats: dict[str, int] = {}
@@ -96,5 +101,6 @@ def build_manifest(
             "dequantizers": plan.source.view().dequantizers(),
         },
         "formats": formats,
+        "nonfinite": {name: dict(counts) for name, counts in sorted((nonfinite or {}).items())},
         "tensors": tensors,
     }

@@ -11,16 +11,27 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.checkpoint.source import INDEX_NAME
 from fp4convert.checkpoint.staging import write_json_atomic
 from fp4convert.plan import ConversionPlan
 
-__all__ = ["finish_output"]
+__all__ = ["finish_output", "output_names"]
+
+
+def output_names(plan: ConversionPlan) -> list[str]:
+    """Every file name a conversion under ``plan`` may write (the shards first)."""
+    side = plan.dialect.side_file_names
+    return [*plan.by_output_file(), "config.json", INDEX_NAME, *side, *plan.source.other_files, MANIFEST]
 
 
 def finish_output(staging: Path, plan: ConversionPlan, manifest: dict[str, Any]) -> int:
-    """Write everything but the shards into ``staging``; returns the shards' total size in bytes."""
+    """Write everything but the shards into ``staging``; returns the shards' total size in bytes.
+
+    Raises:
+        CheckpointError: a file cannot be written (disk full, read-only, no permission).
+    """
     source = plan.source
     config = dict(source.config)
     config["quantization_config"] = plan.dialect.quantization_config(plan.contract, plan.items)
@@ -33,6 +44,9 @@ def finish_output(staging: Path, plan: ConversionPlan, manifest: dict[str, Any])
     for name, content in plan.dialect.side_files(plan.contract, plan.items).items():
         write_json_atomic(staging / name, content)
     for name in source.other_files:
-        shutil.copy2(source.root / name, staging / name)
+        target = staging / name
+        with writing(target):
+            target.unlink(missing_ok=True)  # never copy through a symlink left at this name
+            shutil.copy2(source.root / name, target)
     write_json_atomic(staging / MANIFEST, manifest)  # last: its presence marks a finished output
     return total

@@ -23,7 +23,7 @@ import torch
 
 from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
-from fp4convert.checkpoint.source import INDEX_NAME, checked_file, shard_name_problem
+from fp4convert.checkpoint.source import INDEX_NAME, DuplicateKeyError, checked_file, loads_unique, shard_name_problem
 from fp4convert.dialects import DIALECTS, Dialect, spellings_of, stored_format
 from fp4convert.doctor.report import Finding
 from fp4convert.errors import CheckpointError
@@ -124,9 +124,16 @@ class Scan:
         self._files.clear()
 
 
-def _json_file(path: Path) -> tuple[Any, str | None]:
+def _json_file(path: Path, *, unique: bool = False) -> tuple[Any, str | None]:
+    """(content, None), or (None, why not): a file that resolves outside its folder is not read;
+    ``unique``: an object naming a key twice is unreadable (an index listing a tensor twice)."""
     try:
-        return json.loads(path.read_text()), None
+        text = checked_file(path.parent, path.name).read_text()
+        return (loads_unique(text) if unique else json.loads(text)), None
+    except DuplicateKeyError as exc:
+        return None, f"it lists {exc.args[0]!r} twice"
+    except CheckpointError as exc:
+        return None, exc.message
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         return None, str(exc)
 
@@ -229,12 +236,15 @@ def _read_index(root: Path, findings: list[Finding]) -> dict[str, str] | None:
     """The index's weight map, its unusable entries dropped as findings (None: no index)."""
     if not (root / INDEX_NAME).is_file():
         return None
-    data, error = _json_file(root / INDEX_NAME)
+    data, error = _json_file(root / INDEX_NAME, unique=True)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict):
         findings.append(
             _index_finding(
-                "index-unreadable", f"{INDEX_NAME} has no weight_map object ({error or 'malformed'})", (), "rewrite it"
+                "index-unreadable",
+                f"{INDEX_NAME} cannot be used: {error}" if error else f"{INDEX_NAME} has no weight_map object",
+                (),
+                "rewrite it",
             )
         )
         return None

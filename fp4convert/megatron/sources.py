@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, dtype_name
+from fp4convert.checkpoint.source import checked_file
 from fp4convert.errors import CheckpointError
 from fp4convert.families import megatron_to_hf
 from fp4convert.megatron.plan import ExportPlan
@@ -36,7 +37,8 @@ class SafetensorsFolder(Mapping[str, torch.Tensor]):
         path: a folder, or a single ``.safetensors`` file.
 
     Raises:
-        CheckpointError: nothing to read, or a file that is not safetensors.
+        CheckpointError: nothing to read, a file that is not safetensors, or one that resolves
+            (symlinks followed) outside the folder.
 
     Example (not run: it needs an exporter's dump in ``dump/``):
         >>> dump = SafetensorsFolder("dump/")  # doctest: +SKIP
@@ -49,7 +51,8 @@ class SafetensorsFolder(Mapping[str, torch.Tensor]):
         if self.path.is_file():
             files = [self.path]
         elif self.path.is_dir():
-            files = sorted(self.path.glob("*.safetensors"))
+            # a dump is untrusted: each file must resolve inside the folder (or the Hub cache's blobs)
+            files = [checked_file(self.path, f.name) for f in sorted(self.path.glob("*.safetensors"))]
         else:
             raise CheckpointError(f"{self.path} does not exist", file=str(self.path))
         if not files:

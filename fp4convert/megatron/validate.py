@@ -42,6 +42,8 @@ from fp4convert.plan import PlannedTensor
 
 __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
 
+_MASTER_DTYPES = ("BF16", "F16", "F32")  # what a BF16 master on disk may hold (norms may be F32)
+
 
 @dataclass
 class _Compiled:
@@ -390,7 +392,7 @@ def validate_export_files(
         The report.
 
     Raises:
-        CheckpointError: unreadable files, or no config.json.
+        CheckpointError: unreadable files, no config.json, or a master tensor that is not BF16/F16/F32.
 
     Example (not run: it needs an exporter's dump and a master checkpoint):
         >>> report = validate_export_files("dump/", "Qwen3-30B-A3B/", contract="nvfp4-experts-per-token")
@@ -415,6 +417,13 @@ def validate_export_files(
         if masters.duplicates:
             name = next(iter(masters.duplicates))
             raise CheckpointError(f"master tensor {name!r} is stored in more than one file", tensor=name)
+        odd = next((n for n in masters if masters.meta(n)[0] not in _MASTER_DTYPES), None)
+        if odd is not None:  # a master is what the quantizers read: never an int, bool or FP8 tensor
+            raise CheckpointError(
+                f"master tensor {odd!r} is {masters.meta(odd)[0]}, not BF16, F16 or F32",
+                hint="validate against the high-precision master the exporter quantized from",
+                tensor=odd,
+            )
         validator = ExportValidator(
             contract=contract,
             config=the_config,

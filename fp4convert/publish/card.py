@@ -7,6 +7,7 @@ contract embedded in it, so the card cannot drift from the bytes it describes:
   quantized``, ``library_name``, ``pipeline_tag``, ``tags`` (``fp4convert``, each low-precision
   format, the dialect, the model family), and an ``fp4convert`` block with the quantization details
   (contract and its SHA-256, dialect, quantizer profile, activation mode, tensors per format);
+* a warning when the source held NaN / infinite values converted under ``--allow-nonfinite``;
 * what was quantized: tensors, parameters and stored bytes per format, and per role and format;
 * what stayed BF16 and why: the deciding rule of every BF16 tensor, with its reason and an example;
 * for a quantized or fused source: its formats, their dequantizer, and which tensors are lossless
@@ -335,6 +336,19 @@ def render_card(
     ]
     if contract.description:
         lines += [f"> {contract.description.strip()}", ""]
+    nonfinite = manifest.get("nonfinite") or {}
+    if nonfinite:  # converted with --allow-nonfinite: say so where a user reads first
+        counts = ", ".join(
+            f"`{name}` ({', '.join(f'{n} {kind}' for kind, n in c.items())})"
+            for name, c in sorted(nonfinite.items())[:5]
+        )
+        more = f" and {len(nonfinite) - 5} more" if len(nonfinite) > 5 else ""
+        lines += [
+            f"> **Non-finite source values.** {len(nonfinite)} source tensors held NaN or infinite values and were "
+            f"converted as they were (`--allow-nonfinite`; by the quantizers' documented NaN and inf policy): "
+            f"{counts}{more}.",
+            "",
+        ]
     lines += _quantized_section(tensors)
     source_lines = _source_section(manifest)
     if source_lines:

@@ -151,6 +151,7 @@ def prepare_publication(
                 hint="write it as owner/name, e.g. me/Qwen3-30B-A3B-NVFP4",
                 found=value,
             )
+    local = _local_files(directory)  # first: a pickle or a folder is named as such, before verify flags it
     report = verify_checkpoint(directory, source=source, device=device)
     if not report.ok:
         raise HubError(
@@ -169,7 +170,7 @@ def prepare_publication(
     )
     data = card.encode()
     readme = LocalFile(CARD_NAME, len(data), hashlib.sha256(data).hexdigest(), content=data)
-    files = sorted([*_local_files(directory), readme], key=lambda f: f.path)
+    files = sorted([*local, readme], key=lambda f: f.path)
     if not any(f.path == MANIFEST for f in files):  # verify read it, so only a race could get here
         raise HubError(f"{directory}/{MANIFEST} disappeared while preparing", hint="publish again")
     return Publication(directory, repo_id, revision, private, tuple(files), card, report.summary())

@@ -3,31 +3,42 @@
 Without the source: every file the index names exists; every tensor has the manifest's dtype,
 shape and sha256; nothing is missing or extra; each quantized module carries exactly its dialect's
 tensors with the right dtypes; fused NVFP4 siblings share a bit-identical global scale; config.json
-routes engines to the dialect's loader. With the source: every tensor is quantized again from the
-source (through the one dequantizer of an FP8 / MXFP4 / fused source) with the embedded contract
-and compared byte for byte, the first differing block reported with its values; and every tensor
-the plan calls lossless is decoded and compared with the dequantized source bit for bit
-(:mod:`fp4convert.verify.lossless`).
+routes engines to the dialect's loader; the embedded contract hashes to ``contract_sha256``; the
+folder holds no file fp4convert did not write (a stray ``.tmp`` or ``.safetensors``, a ``.py`` an
+engine would run with ``trust_remote_code``; only a ``README.md`` is tolerated, which ``publish``
+replaces), and the files copied from the source (tokenizer ...) still have the sha256 the manifest
+recorded. With the source: every tensor is quantized again from the source (through the one
+dequantizer of an FP8 / MXFP4 / fused source) with the embedded contract and compared byte for
+byte, the first differing block reported with its values; and every tensor the plan calls lossless
+is decoded and compared with the dequantized source bit for bit (:mod:`fp4convert.verify.lossless`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.hashing import tensor_sha256
-from fp4convert.checkpoint.manifest import read_manifest
+from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
+from fp4convert.checkpoint.manifest import MANIFEST, read_manifest
 from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
-from fp4convert.checkpoint.source import INDEX_NAME, checked_file, open_checkpoint, shard_name_problem
-from fp4convert.contract import parse_contract
+from fp4convert.checkpoint.source import (
+    INDEX_NAME,
+    DuplicateKeyError,
+    checked_file,
+    loads_unique,
+    open_checkpoint,
+    shard_name_problem,
+)
+from fp4convert.contract import contract_hash, parse_contract
 from fp4convert.dialects import Dialect, get_dialect, module_of
-from fp4convert.errors import CheckpointError
+from fp4convert.errors import CheckpointError, ContractError
+from fp4convert.formats.devices import check_device
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.hub import resolve_source
 from fp4convert.plan import SharedAmax, input_amax, load_calibration, plan_conversion, quantize_tensor
@@ -109,8 +120,9 @@ def _headers(directory: Path, files: set[str], report: VerifyReport) -> dict[str
 def _check_config(directory: Path, dialect: Dialect, report: VerifyReport) -> None:
     try:
         config = json.loads((directory / "config.json").read_text())
-        method = config.get("quantization_config", {}).get("quant_method")
-    except (OSError, json.JSONDecodeError) as exc:
+        quantization = config.get("quantization_config") if isinstance(config, dict) else None
+        method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
         report.checks.append(TensorCheck("config.json", False, "config", f"unreadable: {exc}"))
         return
     expected = dialect.quant_method
@@ -142,6 +154,59 @@ def _check_structure(name: str, info: Mapping[str, Any], dialect: Dialect, repor
             report.checks.append(TensorCheck(out, False, "dtype", f"{role} tensor is {found}, expected {expected}"))
 
 
+def _check_contract(directory: Path, manifest: Mapping[str, Any], report: VerifyReport) -> None:
+    """The embedded contract is a valid contract and hashes to the manifest's ``contract_sha256``."""
+    try:
+        contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/{MANIFEST}", json_text=True)
+    except ContractError as exc:
+        report.checks.append(TensorCheck("contract", False, "contract", f"the embedded contract is invalid: {exc}"))
+        return
+    same = contract_hash(contract) == manifest["contract_sha256"]
+    detail = "" if same else "the embedded contract does not hash to contract_sha256: the manifest was edited"
+    report.checks.append(TensorCheck("contract", same, "contract", detail))
+
+
+#: a file fp4convert never writes that verify still accepts (``publish`` replaces it with the card)
+TOLERATED_FILES = ("README.md",)
+
+
+def _check_files(
+    directory: Path,
+    manifest: Mapping[str, Any],
+    dialect: Dialect,
+    shards: set[str],
+    ignore: set[str],
+    report: VerifyReport,
+) -> None:
+    """Nothing in the folder but what a conversion writes; copied source files unchanged."""
+    copied = {
+        name: digest
+        for name, digest in manifest["source"]["files"].items()
+        if not name.endswith(".safetensors") and name != "config.json"
+    }
+    known = {*shards, *copied, "config.json", INDEX_NAME, MANIFEST, *dialect.side_file_names, *TOLERATED_FILES}
+    for entry in sorted(directory.iterdir()):
+        if entry.name in ignore:
+            continue
+        if entry.is_symlink() or entry.name not in known or not entry.is_file():
+            kind = "symlink" if entry.is_symlink() else "folder" if entry.is_dir() else "file"
+            report.checks.append(
+                TensorCheck(entry.name, False, "extra-file", f"a {kind} fp4convert did not write; remove it")
+            )
+    for name, digest in sorted(copied.items()):
+        if shard_name_problem(name + ".safetensors") is not None:  # a crafted manifest: never read outside
+            report.checks.append(TensorCheck(name, False, "file", "the manifest names a file outside the checkpoint"))
+            continue
+        path = directory / name
+        if not path.is_file() or path.is_symlink():
+            report.checks.append(TensorCheck(name, False, "file", "copied from the source, but missing"))
+            continue
+        same = file_sha256(path) == digest
+        report.checks.append(
+            TensorCheck(name, same, "sha256", "" if same else "differs from the source file the manifest recorded")
+        )
+
+
 def _tensor_bytes(directory: Path, file: str, tensor: str, cache: dict[str, SafetensorsFile]) -> torch.Tensor:
     if file not in cache:
         cache[file] = SafetensorsFile(directory / file)
@@ -154,6 +219,7 @@ def verify_checkpoint(
     source: str | Path | None = None,
     device: str = "cpu",
     read_back: Mapping[str, str] | None = None,
+    ignore_files: Iterable[str] = (),
 ) -> VerifyReport:
     """Verify a converted checkpoint; see the module docstring for what is checked.
 
@@ -164,6 +230,8 @@ def verify_checkpoint(
         device: where the re-quantization runs.
         read_back: sha256 of tensors already read back from these files (the converter hashes each
             finished shard from disk while it converts the next one); they are not read again.
+        ignore_files: names in the folder that are not checked (the converter's resume journal,
+            removed after this check).
 
     Returns:
         A :class:`VerifyReport` (``report.ok`` is the verdict).
@@ -173,20 +241,20 @@ def verify_checkpoint(
         True
     """
     directory = Path(directory)
+    if device != "cpu":
+        check_device(device)
     manifest = read_manifest(directory)
     report = VerifyReport(str(directory))
     dialect = get_dialect(manifest["dialect"])
     _check_config(directory, dialect, report)
+    _check_contract(directory, manifest, report)
     expected: dict[str, Mapping[str, Any]] = {}
     for name, info in manifest["tensors"].items():
         _check_structure(name, info, dialect, report)
         expected.update(info["outputs"])
-    index_path = directory / INDEX_NAME
     files = {o["file"] for o in expected.values()}
-    if index_path.is_file():
-        weight_map = json.loads(index_path.read_text())["weight_map"]
-        if weight_map != {k: v["file"] for k, v in expected.items()}:
-            report.checks.append(TensorCheck(INDEX_NAME, False, "index", "weight_map differs from the manifest"))
+    _check_index(directory, {k: v["file"] for k, v in expected.items()}, report)
+    _check_files(directory, manifest, dialect, files, set(ignore_files), report)
     found = _headers(directory, files, report)
     for extra in sorted(set(found) - set(expected)):
         report.checks.append(TensorCheck(extra, False, "extra", f"in {found[extra][0]} but not in the manifest"))
@@ -223,6 +291,23 @@ def verify_checkpoint(
         for f in cache.values():
             f.close()
     return report
+
+
+def _check_index(directory: Path, weight_map: Mapping[str, str], report: VerifyReport) -> None:
+    index_path = directory / INDEX_NAME
+    if not index_path.is_file():
+        return
+    try:
+        index = loads_unique(index_path.read_text())
+    except DuplicateKeyError as exc:  # engines would each keep the copy their JSON parser keeps
+        report.checks.append(TensorCheck(INDEX_NAME, False, "index", f"lists {exc.args[0]!r} twice"))
+        return
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
+        report.checks.append(TensorCheck(INDEX_NAME, False, "index", f"unreadable: {exc}"))
+        return
+    found = index.get("weight_map") if isinstance(index, dict) else None
+    if found != dict(weight_map):
+        report.checks.append(TensorCheck(INDEX_NAME, False, "index", "weight_map differs from the manifest"))
 
 
 def _hash_tensors(directory: Path, by_file: Mapping[str, list[str]]) -> dict[str, str]:

@@ -34,7 +34,7 @@ def test_dry_run_lists_every_file_and_prints_the_card_without_a_request(hub, out
     lines = result.stdout.splitlines()
     assert lines[0] == (
         f"would publish 14 files ({human_bytes(pub.total_bytes)}) to {REPO}@main; "
-        "OK: 170 checks passed (structure and hashes)"
+        "OK: 172 checks passed (structure and hashes)"
     )
     width = max(len(f"{f.size:,}") for f in pub.files)
     for f, line in zip(pub.files, lines[1:15], strict=True):

@@ -30,8 +30,8 @@ bf16_exceptions:
 RULES_HINT = "a contract needs at least one rule, e.g. {kind: glob, namespace: hf, pattern: '*', format: bf16}"
 RULES_BLOCK = GOOD[GOOD.index("rules:") : GOOD.index("bf16_exceptions:") - 1]
 PATTERN_HINT = (
-    "glob uses fnmatch (* ? [seq], close every '['); regex uses Python re and must match the whole name; "
-    "exact is the whole name"
+    "glob uses fnmatch (* ? [seq], close every '['); regex uses Python re syntax (its regular subset: no "
+    "backreferences, lookaround or inline flags) and must match the whole name; exact is the whole name"
 )
 
 

@@ -22,7 +22,7 @@ from fp4convert.plan import human_bytes
 from fp4convert.publish import base_model_of, render_card
 
 REPO = "alice/tiny-moe-nvfp4"
-OK = "OK: 170 checks passed (structure and hashes)"
+OK = "OK: 172 checks passed (structure and hashes)"
 
 
 def _front_matter(card: str) -> dict:

@@ -126,7 +126,8 @@ class _Builder:
         return scale
 
     def check_stored_encodings(self) -> None:
-        """FP8 / MXFP4 tensors only where config.json declares them; every scale has its tensor."""
+        """FP8 / MXFP4 tensors only where config.json declares them, and some where it does; every
+        scale has its tensor."""
         for name, (_, e) in self.where.items():
             if e.dtype in ("F8_E4M3", "F8_E5M2") and not name.endswith(_SCALE_INV):
                 if self.q.method != "fp8":
@@ -171,6 +172,16 @@ class _Builder:
                         "the checkpoint is incomplete: re-download it",
                         name,
                     )
+        stored = {"fp8": "F8_E4M3 tensor", "mxfp4": "U8 *_blocks tensor"}.get(self.q.method)
+        if stored is not None and not any(
+            e.dtype == "F8_E4M3" if self.q.method == "fp8" else (n.endswith("_blocks") and e.dtype == "U8")
+            for n, (_, e) in self.where.items()
+        ):  # a config that lies: engines would load these weights as quantized
+            raise CheckpointError(
+                f"config.json declares quant_method {self.q.method}, but the checkpoint holds no {stored}",
+                hint="the weights are not quantized (a dequantized copy?): drop quantization_config from config.json",
+                field="quantization_config.quant_method",
+            )
 
     # -- fused experts --------------------------------------------------------------------------
     def expert_names(self, prefix: str, gate_up: str) -> tuple[str, str, str]:
