@@ -74,6 +74,12 @@ def doctor(
                 for line in repaired.repairs:
                     click.echo(f"repaired: {line}")
                 _echo(report)
+                if not repaired.published:
+                    click.echo(
+                        f"not written: {fix}: {len(report.errors)} error(s) remain after the repairs above; "
+                        "fix what they name (e.g. --source for modules to re-derive) and run --fix again",
+                        err=True,
+                    )
             ctx.exit(report.exit_code)
         report = doctor_checkpoint(
             path,

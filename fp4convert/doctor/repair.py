@@ -10,8 +10,9 @@ the per-token activation mode recorded. With the BF16 source, modules whose scal
 re-derived, each fused group with one shared amax, under the contract (``--contract``, else the
 one embedded in ``fp4convert.json``, else the arithmetic the healthy modules were made with).
 
-Everything is written into ``DST.partial/`` and renamed to ``DST`` at the end
-(:mod:`fp4convert.checkpoint.staging`); the result is diagnosed again.
+Everything is written into ``DST.partial/`` (:mod:`fp4convert.checkpoint.staging`) and diagnosed
+again there; it is renamed to ``DST`` only when no error is left, else removed (the report says
+what remains), so ``DST`` never holds a repaired copy an engine would still fail on.
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ _PLACEHOLDER_SHARD = "model-doctor-input-scales.safetensors"
 
 @dataclass
 class RepairReport:
-    """What ``--fix`` wrote: the folder, each repair made, the modules re-derived, and the new diagnosis."""
+    """What ``--fix`` wrote: the folder, whether it was published (only when the repaired copy has no
+    error left), each repair made, the modules re-derived, and the diagnosis of the repaired copy."""
 
     destination: str
+    published: bool = False
     repairs: list[str] = field(default_factory=list)
     rederived: list[str] = field(default_factory=list)
     before: DoctorReport | None = None
@@ -66,6 +69,7 @@ class RepairReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "destination": self.destination,
+            "published": self.published,
             "repairs": self.repairs,
             "rederived": self.rederived,
             "before": self.before.to_json() if self.before else None,
@@ -308,13 +312,19 @@ def repair_checkpoint(
         staging = prepare_staging(root, destination, overwrite=overwrite, resumable=False)
         try:
             _write(scan, staging, files, replaced, extra, manifest)
+            # Judged before it is published: a repaired copy that still has errors would be a
+            # complete-looking folder an engine fails on (or computes wrong values with).
+            report.after = doctor_checkpoint(staging, contract=given, source=source, engine=engine, device=device)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        publish(staging, destination)
+        if report.after.errors:
+            shutil.rmtree(staging, ignore_errors=True)
+        else:
+            publish(staging, destination)
+            report.published = True
     finally:
         scan.close()
-    report.after = doctor_checkpoint(destination, contract=given, source=source, engine=engine, device=device)
     return report
 
 

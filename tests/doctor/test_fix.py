@@ -41,3 +41,17 @@ def test_fix_never_writes_into_the_checkpoint(base, tmp_path):
     (tmp_path / "taken").mkdir()
     with pytest.raises(ConversionError, match="already exists"):
         repair_checkpoint(folder, tmp_path / "taken")
+
+
+@pytest.mark.parametrize("fault", [f for f in REPAIRABLE if f.fix == "rederive"][:2], ids=str)
+def test_a_copy_that_still_has_errors_is_not_published(fault, base, tmp_path):
+    """Without ``--source`` a module to re-derive stays broken: nothing may appear at DST (a complete-looking
+    folder an engine would fail on), and DST.partial is gone too."""
+    folder = copy_base(base(fault.base), tmp_path / "damaged")
+    if fault.damage is not None:
+        fault.damage(folder)
+    report = repair_checkpoint(folder, tmp_path / "fixed", contract=fault.contract, engine=fault.engine)
+    assert report.after is not None and fault.code in report.after.codes()
+    assert not report.published
+    assert not (tmp_path / "fixed").exists() and not (tmp_path / "fixed.partial").exists()
+    assert report.to_json()["published"] is False
