@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,9 @@ STRAY = "model.layers.0.self_attn.o_proj.weight_scale"
 _EXPERT = re.compile(r"(?P<mlp>model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(?P<proj>\w+_proj)\.(?P<suffix>\w+)$")
 
 
-def _rewrite(source: Path, destination: Path, drop: set[str] = frozenset(), add: dict | None = None) -> Path:
+def _rewrite(
+    source: Path, destination: Path, *, drop: Collection[str] = (), add: dict[str, torch.Tensor] | None = None
+) -> Path:
     """A copy of a sharded checkpoint with tensors dropped or added (index updated)."""
     shutil.copytree(source, destination)
     index_path = destination / "model.safetensors.index.json"
@@ -182,10 +185,11 @@ def moe_runs(vllm_env: str, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         with_dense, converted["compressed-tensors-dense-layer"], contract=MXFP8_ALL, dialect="compressed-tensors"
     )
     experts_output = converted["modelopt-nvfp4-experts"]
-    scales_2 = {n for n in names if n.startswith("model.layers.0.mlp.experts.") and n.endswith("down_proj.weight")}
-    converted["missing-expert-scale"] = _rewrite(
-        experts_output, root / "missing-scale", drop={n + "_scale_2" for n in scales_2}
-    )
+    scales_2 = [
+        n for n in _all_tensors(experts_output) if re.match(r"model\.layers\.0\..*down_proj\.weight_scale_2$", n)
+    ]
+    assert len(scales_2) == 4  # one per expert
+    converted["missing-expert-scale"] = _rewrite(experts_output, root / "missing-scale", drop=scales_2)
     converted["stray-tensor"] = _rewrite(experts_output, root / "stray", add={STRAY: torch.ones(1)})
 
     outputs = {case: root / f"vllm-{case}" for case in converted}
