@@ -15,9 +15,9 @@ The sglang-mxfp8 dialect is SGLang's: vLLM reads its ``quant_method: mxfp8`` as 
 must refuse it, which is what the README says. ``contract emit --target vllm-args`` is parsed by
 vLLM's own argument parser.
 
-Not covered: MoE outputs. vLLM's CPU build has no MoE backend for NVFP4 (``select_nvfp4_moe_backend``
-raises NotImplementedError before any weight is read: every candidate needs CUDA or Triton), so no
-MoE checkpoint can be constructed, let alone loaded, on this machine.
+MoE outputs load too, with vLLM's strict weight tracking, and their experts equal ``dequantize``
+byte for byte; no MoE forward runs on the CPU (Triton only): ``test_vllm_moe.py`` says what and why.
+Every load here also runs with that strict tracking (the probe always turns it on).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def bf16_report(vllm_env: str, source: Path, tmp_path_factory: pytest.TempPathFa
     return _probe(vllm_env, source, tmp_path_factory.mktemp("vllm-bf16"))
 
 
-def _expected(dequantized: dict[str, torch.Tensor], module: str) -> torch.Tensor:
+def expected_weight(dequantized: dict[str, torch.Tensor], module: str) -> torch.Tensor:
     parent, leaf = module.rsplit(".", 1)
     pieces = FUSED.get(leaf, (leaf,))
     return torch.cat([dequantized[f"{parent}.{piece}.weight"] for piece in pieces])
@@ -128,7 +128,7 @@ def test_vllm_loads_and_holds_the_dequantized_weights(
     assert sorted(held) == sorted(report["modules"])
     assert len(held) == 8  # q/k/v, o, gate/up, down in 2 layers: every linear module was checked
     for module, weight in held.items():
-        assert_bytes_equal(weight, _expected(dequantized, module))
+        assert_bytes_equal(weight, expected_weight(dequantized, module))
         info = report["modules"][module]
         assert info["quant_method"] != "UnquantizedLinearMethod", info  # every linear is low precision
         assert info["kernel"] in ("EmulationNvFp4LinearKernel", "EmulationMxfp8LinearKernel"), info
