@@ -1,20 +1,18 @@
 """Read a source checkpoint's tensors once, and hash its files on the way.
 
 :class:`SourceReader` serves tensors by name (one file descriptor per shard, one positional read
-per tensor, no mmap) and computes every shard's sha256 from the bytes it reads anyway, so the
-manifest's source hashes cost no second pass over the source in the usual, front-to-back order.
+per tensor, no mmap) and offers every byte it reads to :class:`~fp4convert.checkpoint.file_hashes.SourceHashes`,
+which computes every shard's sha256 from them (one thread per file, so files hash in parallel):
+the manifest's source hashes cost no second pass over the source in the usual, front-to-back order.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.file_hashes import SourceHashes
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
 
@@ -22,73 +20,48 @@ __all__ = ["SourceReader"]
 
 
 class SourceReader:
-    """Reads source tensors (one fd per shard, no mmap), hashing each shard front to back.
+    """Reads source tensors (one fd per shard, no mmap), hashing each shard from the bytes read.
 
-    A tensor read right after its predecessor in the file extends that file's sha256; any other
-    read order marks the file for a separate hashing pass at the end. Reads are submitted in file
-    order, so the separate pass only happens for siblings that sit far apart. Hashing runs on its
-    own thread (sha256 is the costliest step after quantizing), at most a few tensors behind.
     Safe to call :meth:`read` from several threads.
+
+    Args:
+        source: the source checkpoint.
+        hashes: where read bytes go; default: every file hashed, reads ahead of a file's hash held
+            until it gets there (see :class:`~fp4convert.checkpoint.file_hashes.SourceHashes`).
+            ``SourceHashes(source, files=())`` reads without hashing.
 
     Example (not run: it needs a checkpoint folder ``ckpt``):
         >>> reader = SourceReader(open_checkpoint("ckpt"))  # doctest: +SKIP
         >>> w = reader.read("model.norm.weight"); hashes = reader.shard_hashes(); reader.close()  # doctest: +SKIP
     """
 
-    _HASH_BACKLOG = 4
-
-    def __init__(self, source: SourceCheckpoint) -> None:
+    def __init__(self, source: SourceCheckpoint, *, hashes: SourceHashes | None = None) -> None:
         self.source = source
+        self.hashes = SourceHashes(source) if hashes is None else hashes
         self._files: dict[str, SafetensorsFile] = {}
-        self._hashers: dict[str, Any] = {}
-        self._next_offset: dict[str, int] = {}
-        self._broken: set[str] = set()  # shards not hashed in one sequential sweep
         self._lock = threading.Lock()
-        self._hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
-        self._backlog: list[Future[None]] = []
 
     def _file(self, shard: str) -> SafetensorsFile:
         with self._lock:
             if shard not in self._files:
                 self._files[shard] = self.source.open(shard)
-                entries = self.source.shards[shard]
-                first = min((e.start for e in entries.values()), default=0)
-                with (self.source.root / shard).open("rb") as f:
-                    self._hashers[shard] = hashlib.sha256(f.read(first))  # length prefix + JSON header
-                self._next_offset[shard] = first
             return self._files[shard]
 
     def read(self, name: str) -> torch.Tensor:
         """Source tensor ``name`` with its dtype and shape (a fresh CPU tensor)."""
         shard = self.source.tensor_file[name]
         tensor = self._file(shard).read(name)
-        entry = self.source.shards[shard][name]
-        with self._lock:  # queue hash updates in file order (the pool runs them in that order)
-            if shard not in self._broken and entry.start == self._next_offset[shard]:
-                data = tensor.reshape(-1).view(torch.uint8).numpy()
-                self._backlog.append(self._hash_pool.submit(self._hashers[shard].update, data))
-                self._next_offset[shard] = entry.end
-            else:
-                self._broken.add(shard)
-            while len(self._backlog) > self._HASH_BACKLOG or (self._backlog and self._backlog[0].done()):
-                self._backlog.pop(0).result()
+        self.hashes.offer(shard, self.source.shards[shard][name].start, tensor)
         return tensor
 
     def shard_hashes(self) -> dict[str, str]:
-        """sha256 of every source shard file (a separate pass for any not read front to back)."""
-        for pending in self._backlog:
-            pending.result()
-        out = {}
-        for shard in self.source.shards:
-            size = (self.source.root / shard).stat().st_size
-            if shard in self._broken or self._next_offset.get(shard) != size:
-                out[shard] = file_sha256(self.source.root / shard)  # fall back to a separate pass
-            else:
-                out[shard] = self._hashers[shard].hexdigest()
-        return out
+        """sha256 of every source shard file hashed (what was not read is read from disk now)."""
+        return self.hashes.hexdigests()
 
     def close(self) -> None:
         """Finish pending hash updates and close every file."""
-        self._hash_pool.shutdown(wait=True)
-        for f in self._files.values():
-            f.close()
+        self.hashes.close()
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()

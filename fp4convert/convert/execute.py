@@ -10,9 +10,10 @@ run never leaves a ``DST`` that looks complete. The source is only ever read.
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,17 +22,20 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.hashing import file_sha256
-from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.source import open_checkpoint
 from fp4convert.checkpoint.staging import Journal, prepare_staging, publish
 from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.convert.distributed import check_finished, hash_owners, merge_results, shard_bytes, share_shards
+from fp4convert.convert.group_amax import agree_group_amaxes, groups_to_agree
 from fp4convert.convert.manifest import build_manifest
 from fp4convert.convert.output import finish_output
-from fp4convert.convert.shards import ProgressHook, tensor_hashes, write_shard
+from fp4convert.convert.parallel import ShardJob, ShardResults, default_readers, write_shards
+from fp4convert.convert.shards import ProgressHook, tensor_hashes
 from fp4convert.dialects import get_dialect
 from fp4convert.errors import ConversionError
 from fp4convert.hub import resolve_source
-from fp4convert.plan import ConversionPlan, SharedAmax, load_calibration, plan_conversion, validate_conversion
+from fp4convert.plan import ConversionPlan, load_calibration, plan_conversion, validate_conversion
+from fp4convert.ranks import Team, current_team
 from fp4convert.verify.checkpoint import verify_checkpoint
 
 __all__ = ["ConversionReport", "ProgressHook", "convert_checkpoint"]
@@ -95,52 +99,85 @@ def _fingerprint(plan: ConversionPlan, options: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
+def _default_workers(team: Team) -> int:
+    """CPU threads per rank: torch's setting for a process alone; the machine's cores shared out
+    among the ranks on a node otherwise (torchrun sets OMP_NUM_THREADS=1 for each)."""
+    if team.world == 1:
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, team.local_world))
+
+
 def _convert_shards(
     plan: ConversionPlan,
     staging: Path,
-    journal: Journal,
+    journal: Journal | None,
+    team: Team,
     *,
     device: str,
+    workers: int,
     calibration: Mapping[str, float] | None,
     hook: ProgressHook,
-) -> tuple[dict[str, str], dict[str, str], dict[str, str], list[str]]:
-    """Write (or keep, when resuming) every output shard.
+) -> tuple[ShardResults, list[str]]:
+    """Write this rank's share of the output shards (keeping, when resuming, every finished shard
+    whose tensors still hash as the journal says); rank 0 gets every rank's results.
 
     Returns:
-        (sha256 of each output tensor as written, sha256 of each output tensor read back from
-        disk, sha256 of each source shard, the shards kept from an interrupted run).
+        (the results of every rank on rank 0, this rank's own elsewhere; the shards kept).
     """
-    reader = SourceReader(plan.source)
-    amaxes = SharedAmax(plan, reader.read)
-    sha: dict[str, str] = {}
-    resumed: list[str] = []
-    # Each finished shard is read back from disk and hashed while the next one converts; the
-    # verify phase compares these with the hashes taken while writing (no second read at the end).
-    read_back_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-readback")
-    read_back: list[Future[dict[str, str]]] = []
-    try:
-        for file_name, items in plan.by_output_file().items():
-            done = journal.finished(file_name)
-            path = staging / file_name
-            if done and path.is_file() and tensor_hashes(path) == done:
-                sha.update(done)
-                resumed.append(file_name)
-                source_bytes = sum(plan.source.entry(i.info.name).nbytes for i in items)
-                hook("shard", {"file": file_name, "resumed": True, "bytes": source_bytes})
-                continue
-            hook("shard", {"file": file_name, "resumed": False})
-            tensor_sha = write_shard(
-                path, items, plan, reader, amaxes, device=device, calibration=calibration, hook=hook
-            )
-            read_back.append(read_back_pool.submit(tensor_hashes, path, sync=True))
-            sha.update(tensor_sha)
-            journal.record(file_name, tensor_sha)
-        source_hashes = reader.shard_hashes()
-        digests = {name: digest for future in read_back for name, digest in future.result().items()}
-    finally:
-        reader.close()
-        read_back_pool.shutdown(wait=True)
-    return sha, digests, source_hashes, resumed
+    finished = team.broadcast("journal", journal.data["files"] if journal is not None else None)
+    by_file = plan.by_output_file()
+    sizes = shard_bytes(plan)
+
+    def keep(file: str) -> dict[str, str] | None:
+        done = finished[file].get("tensors") if isinstance(finished.get(file), dict) else None
+        path = staging / file
+        return done if done and path.is_file() and tensor_hashes(path) == done else None
+
+    kept = check_finished({f: sizes[f] for f in by_file if f in finished}, keep, team)
+    writing = [f for f in by_file if f not in kept]
+    owner = share_shards(plan, writing, team.world)
+    group_amax = agree_group_amaxes(plan, groups_to_agree(plan, owner, writing), team)
+    if team.is_root:
+        for file in kept:
+            hook("shard", {"file": file, "resumed": True, "bytes": sizes[file]})
+    lock = threading.Lock()
+
+    def record(rank: int, message: Mapping[str, Any]) -> None:  # rank 0: every finished shard, journaled
+        if journal is not None:
+            with lock:
+                journal.record(message["file"], message["tensors"])
+
+    job = ShardJob(
+        plan,
+        staging,
+        files=[f for f in writing if owner[f] == team.rank],
+        hash_files=[f for f, r in hash_owners(plan, owner, team.world).items() if r == team.rank],
+        group_amax=group_amax,
+        device=device,
+        calibration=calibration,
+        workers=workers,
+        readers=default_readers(workers),
+    )
+
+    def local_hook(event: str, payload: Mapping[str, Any]) -> None:
+        if event == "tensor":
+            team.progress(payload["bytes"])
+        hook(event, payload)
+
+    with team.working(hook, on_message=record):
+        mine = write_shards(
+            job,
+            hook=local_hook,
+            on_finished=lambda file, tensors: team.send({"file": file, "tensors": tensors}),
+            check=team.check,
+        )
+    records = team.gather("results", mine.__dict__)
+    results = merge_results(records) if records is not None else mine
+    for file, tensors in kept.items():
+        results.sha.update(finished[file]["tensors"])
+        results.read_back.update(tensors)
+    return results, list(kept)
 
 
 def convert_checkpoint(
@@ -157,24 +194,35 @@ def convert_checkpoint(
     calibration: str | Path | None = None,
     revision: str | None = None,
     progress: ProgressHook | None = None,
+    rank_timeout: float = 60.0,
 ) -> ConversionReport:
     """Convert an HF checkpoint under a precision contract into one on-disk dialect.
+
+    Under an initialized ``torch.distributed`` process group of several ranks (``torchrun``), every
+    rank calls this with the same arguments and the work is split across them (docs/distributed.md):
+    each rank writes a byte-balanced share of the output shards, rank 0 writes the other files and
+    publishes once every rank succeeded, and the output is byte for byte the single-process one.
 
     Args:
         source: local HF checkpoint folder, or a Hub repo id (see :func:`fp4convert.hub.resolve_source`).
         destination: output folder; refused if it exists, unless ``overwrite``.
         contract: a :class:`~fp4convert.contract.Contract` or the path of a contract file.
         dialect: ``modelopt``, ``sglang-mxfp8`` or ``compressed-tensors``.
-        device: ``cpu`` or ``cuda[:n]``: where tensors are quantized (bytes are identical).
-        workers: CPU threads for the quantizer (default: torch's current setting); torch's setting
-            is restored when the call returns.
+        device: ``cpu`` or ``cuda[:n]``: where tensors are quantized (bytes are identical); with
+            several ranks, ``cuda`` is each rank's ``LOCAL_RANK`` GPU.
+        workers: CPU threads quantizing, hashing and writing (default: torch's current setting; with
+            several ranks, the node's cores shared among its ranks); torch's setting is restored
+            when the call returns.
         max_shard_size: bytes per output shard; default mirrors the source's shards.
         overwrite: replace an existing destination (and any interrupted run).
-        resume: continue an interrupted run, keeping shards whose sha256 verify.
+        resume: continue an interrupted run, keeping shards whose sha256 verify (with any number of ranks).
         calibration: JSON ``{module: activation amax}``, required when NVFP4 activations are
             quantized per tensor (contracts without ``per_token_activations``).
         revision: Hub revision of ``source``.
-        progress: called with progress events (the CLI draws bars from them).
+        progress: called with progress events (the CLI draws bars from them); with several ranks,
+            rank 0's also gets ``("bytes", {"bytes": n, "rank": r})`` for the other ranks' work.
+        rank_timeout: with several ranks, seconds without a heartbeat after which a rank is
+            reported lost (killed, or its node gone) and the others stop.
 
     Returns:
         A :class:`ConversionReport`.
@@ -182,25 +230,37 @@ def convert_checkpoint(
     Raises:
         ConversionError: the plan was refused (every problem listed) or the destination is unusable.
         ContractError, MappingError, CheckpointError: bad contract, unknown tensor names, bad files.
+        DistributedError: another rank failed (named, with its error) or stopped responding, or
+            the ranks were given different arguments.
 
     Example (not run: it downloads and converts a 30B-parameter checkpoint):
         >>> convert_checkpoint("Qwen/Qwen3-30B-A3B", "out", contract="nvfp4-experts-per-token")  # doctest: +SKIP
     """
-    with _threads(workers):
-        return _convert(
-            resolve_source(source, revision=revision),
-            Path(destination),
-            location=str(source),
-            contract=contract,
-            dialect=dialect,
-            device=device,
-            max_shard_size=max_shard_size,
-            overwrite=overwrite,
-            resume=resume,
-            calibration=calibration,
-            revision=revision,
-            hook=progress or (lambda event, payload: None),
-        )
+    team = current_team(rank_timeout=rank_timeout)
+    try:
+        threads = workers if workers is not None or team.world == 1 else _default_workers(team)
+        with _threads(threads):
+            return _convert(
+                resolve_source(source, revision=revision),
+                Path(destination),
+                location=str(source),
+                contract=contract,
+                dialect=dialect,
+                device=device,
+                workers=torch.get_num_threads(),
+                max_shard_size=max_shard_size,
+                overwrite=overwrite,
+                resume=resume,
+                calibration=calibration,
+                revision=revision,
+                hook=progress or (lambda event, payload: None),
+                team=team,
+            )
+    except BaseException as exc:
+        team.fail(exc)
+        raise
+    finally:
+        team.close()
 
 
 def _convert(
@@ -211,12 +271,14 @@ def _convert(
     contract: Contract | str | Path,
     dialect: str,
     device: str,
+    workers: int,
     max_shard_size: int | None,
     overwrite: bool,
     resume: bool,
     calibration: str | Path | None,
     revision: str | None,
     hook: ProgressHook,
+    team: Team,
 ) -> ConversionReport:
     started = time.perf_counter()
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -230,39 +292,60 @@ def _convert(
     plan = plan_conversion(ckpt, the_contract, the_dialect, max_shard_size=max_shard_size)
     calib = load_calibration(calibration) if calibration is not None else None
     validate_conversion(plan, calib)
-    staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
     options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
-    journal = Journal(staging, _fingerprint(plan, options), resume=resume)  # identifiable from the first byte on
+    fingerprint = _fingerprint(plan, options)
+    team.agree(
+        "arguments",
+        {
+            "source": location,
+            "destination": str(destination.resolve()),
+            "job (contract, dialect, options, source headers)": fingerprint,
+            "device": device,
+            "overwrite": overwrite,
+            "resume": resume,
+        },
+    )
+    journal = None
+    if team.is_root:
+        staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
+        journal = Journal(staging, fingerprint, resume=resume)  # identifiable from the first byte on
+    staging = Path(team.broadcast("staging", str(staging) if team.is_root else None))
+    _check_shared(staging, team)
 
-    by_file = plan.by_output_file()
-    hook("plan", {"files": len(by_file), "tensors": len(plan.items), "bytes": plan.source_bytes})
-    sha, digests, source_hashes, resumed = _convert_shards(
-        plan, staging, journal, device=device, calibration=calib, hook=hook
+    if team.is_root:
+        hook("plan", {"files": len(plan.by_output_file()), "tensors": len(plan.items), "bytes": plan.source_bytes})
+    shards, resumed = _convert_shards(
+        plan, staging, journal, team, device=team.device(device), workers=workers, calibration=calib, hook=hook
     )
-    for name in ("config.json", *ckpt.other_files):
-        source_hashes[name] = file_sha256(ckpt.root / name)
-    # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
-    hub_commit = None if Path(location).is_dir() else source_path.name
-    manifest = build_manifest(
-        plan,
-        sha,
-        source_hashes,
-        location=location,
-        revision=revision,
-        hub_commit=hub_commit,
-        device=device,
-        calibration_path=None if calibration is None else str(calibration),
-    )
-    total = finish_output(staging, plan, manifest)
-    report = verify_checkpoint(staging, read_back=digests)  # structure and every tensor's sha256
-    if not report.ok:
-        raise ConversionError(
-            f"the written output failed verification: {report.summary()}",
-            hint=f"the unfinished output stays in {staging}; check the disk and run again with overwrite=True "
-            "(--overwrite)",
+    outcome: dict[str, Any] = {}
+    if team.is_root:
+        assert journal is not None
+        for name in ("config.json", *ckpt.other_files):
+            shards.source_hashes[name] = file_sha256(ckpt.root / name)
+        # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
+        hub_commit = None if Path(location).is_dir() else source_path.name
+        manifest = build_manifest(
+            plan,
+            shards.sha,
+            shards.source_hashes,
+            location=location,
+            revision=revision,
+            hub_commit=hub_commit,
+            device=device,
+            calibration_path=None if calibration is None else str(calibration),
         )
-    journal.remove()
-    publish(staging, destination)
+        total = finish_output(staging, plan, manifest)
+        report = verify_checkpoint(staging, read_back=shards.read_back)  # structure and every tensor's sha256
+        if not report.ok:
+            raise ConversionError(
+                f"the written output failed verification: {report.summary()}",
+                hint=f"the unfinished output stays in {staging}; check the disk and run again with overwrite=True "
+                "(--overwrite)",
+            )
+        journal.remove()
+        publish(staging, destination)
+        outcome = {"formats": manifest["formats"], "output_bytes": total}
+    outcome = team.broadcast("published", outcome)
     hook("done", {})
     return ConversionReport(
         destination=str(destination),
@@ -271,10 +354,40 @@ def _convert(
         contract_sha256=contract_hash(the_contract),
         device=device,
         tensors=len(plan.items),
-        formats=manifest["formats"],
+        formats=outcome["formats"],
         source_bytes=plan.source_bytes,
-        output_bytes=total,
+        output_bytes=outcome["output_bytes"],
         seconds=time.perf_counter() - started,
-        files=sorted(by_file),
+        files=sorted(plan.by_output_file()),
         resumed_files=resumed,
     )
+
+
+def _check_shared(staging: Path, team: Team) -> None:
+    """Every rank sees rank 0's ``DST.partial/``: the destination is on a filesystem all nodes share."""
+    if team.world == 1:
+        return
+    marker = staging / f".fp4convert-ranks-{team.broadcast('marker', os.urandom(8).hex())}"
+    if team.is_root:
+        marker.touch()
+    seen = team.exchange("staging-seen", marker.parent.is_dir() and _wait_for(marker))
+    if team.is_root:
+        marker.unlink(missing_ok=True)
+    blind = [r for r, ok in enumerate(seen) if not ok]
+    if blind:
+        raise ConversionError(
+            f"ranks {blind} do not see {staging}, which rank 0 created: the destination must be on a filesystem "
+            "that every node mounts at the same path",
+            hint="write to shared storage (NFS, Lustre, GPFS ...), or see docs/distributed.md for runs without one",
+            file=str(staging),
+        )
+
+
+def _wait_for(path: Path, seconds: float = 10.0) -> bool:
+    """Whether ``path`` shows up within ``seconds`` (network filesystems publish new names with a delay)."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -11,13 +11,14 @@ reported with its values.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.file_hashes import SourceHashes
 from fp4convert.checkpoint.hashing import tensor_sha256
 from fp4convert.checkpoint.manifest import read_manifest
 from fp4convert.checkpoint.reader import SourceReader
@@ -158,6 +159,7 @@ def verify_checkpoint(
     source: str | Path | None = None,
     device: str = "cpu",
     read_back: Mapping[str, str] | None = None,
+    files: Collection[str] | None = None,
 ) -> VerifyReport:
     """Verify a converted checkpoint; see the module docstring for what is checked.
 
@@ -168,6 +170,9 @@ def verify_checkpoint(
         device: where the re-quantization runs.
         read_back: sha256 of tensors already read back from these files (the converter hashes each
             finished shard from disk while it converts the next one); they are not read again.
+        files: check the bytes (sha256, and the source comparison) of the tensors stored in these
+            shards only (one rank's share, :func:`fp4convert.verify.distributed.verify_distributed`);
+            every other check is made in full.
 
     Returns:
         A :class:`VerifyReport` (``report.ok`` is the verdict).
@@ -213,7 +218,8 @@ def verify_checkpoint(
                     )
                 )
                 continue
-            to_hash.setdefault(file, []).append(name)
+            if files is None or file in files:
+                to_hash.setdefault(file, []).append(name)
         known = dict(read_back or {})
         missing = {f: [n for n in names if n not in known] for f, names in to_hash.items()}
         known.update(_hash_tensors(directory, {f: names for f, names in missing.items() if names}))
@@ -222,7 +228,7 @@ def verify_checkpoint(
             report.checks.append(TensorCheck(name, ok, "sha256", "" if ok else "bytes differ from the manifest"))
         _check_shared_scales(directory, manifest, dialect, found, cache, report)
         if source is not None:
-            _compare_with_source(directory, manifest, source, device, found, cache, report)
+            _compare_with_source(directory, manifest, source, device, found, cache, report, files)
     finally:
         for f in cache.values():
             f.close()
@@ -301,6 +307,7 @@ def _compare_with_source(
     found: Mapping[str, Any],
     cache: dict[str, SafetensorsFile],
     report: VerifyReport,
+    files: Collection[str] | None,
 ) -> None:
     contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/fp4convert.json", json_text=True)
     dialect = get_dialect(manifest["dialect"], per_token_activations=contract.formats.nvfp4.per_token_activations)
@@ -308,11 +315,13 @@ def _compare_with_source(
     plan = plan_conversion(ckpt, contract, dialect)
     calib_path = manifest["source"].get("calibration")
     calibration = load_calibration(calib_path) if calib_path and Path(calib_path).is_file() else None
-    reader = SourceReader(ckpt)
+    reader = SourceReader(ckpt, hashes=SourceHashes(ckpt, files=()))  # nothing here needs the source hashes
     amaxes = SharedAmax(plan, reader.read)
     report.compared_with_source = True
     try:
         for item in plan.items:
+            if files is not None and not any(found.get(n, ("",))[0] in files for n, _, _ in item.outputs):
+                continue  # another rank's share
             early = amaxes.take(item.info.name)
             x = early if early is not None else reader.read(item.info.name)
             tensors = quantize_tensor(

@@ -1,0 +1,128 @@
+"""A local cluster of ranks for tests: N spawned processes in one gloo process group.
+
+The test process hosts the rendezvous store, as ``torchrun``'s agent does (the ranks join with
+``TORCHELASTIC_USE_AGENT_STORE=True``), so any rank may be killed and the others still reach it.
+The ranks are started once and then take jobs: each job is one library call made by every rank
+at once (``convert_checkpoint`` or ``verify_checkpoint`` with the same arguments); each rank sends
+back its result or its error as plain data. A job may kill one rank midway (SIGKILL from its own
+progress hook), which leaves the cluster unusable: start a new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import queue
+import signal
+import socket
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(rank: int, world: int, port: int, jobs: Any, results: Any) -> None:
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "TORCHELASTIC_RESTART_COUNT": "0",
+        }
+    )
+    import torch
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=60))
+    from fp4convert.convert.execute import convert_checkpoint
+    from fp4convert.verify.distributed import verify_distributed
+
+    calls = {"convert": convert_checkpoint, "verify": verify_distributed}
+    while True:
+        job = jobs.get()
+        if job is None:
+            break
+        kwargs = dict(job["kwargs"])
+        die = job.get("die")
+        if die is not None and die["rank"] == rank:
+            seen: list[str] = []
+
+            def hook(event: str, payload: Any, after: int = die["after_tensors"], seen: list[str] = seen) -> None:
+                if event == "tensor":
+                    seen.append(payload["name"])
+                    if len(seen) == after:
+                        os.kill(os.getpid(), signal.SIGKILL)
+
+            kwargs["progress"] = hook
+        try:
+            out = calls[job["call"]](*job["args"], **kwargs)
+            data = out.to_json() if hasattr(out, "to_json") else dataclasses.asdict(out)
+            results.put((rank, {"ok": True, "result": data}))
+        except Exception as exc:  # sent back as data: the test asserts on it
+            fields = {k: v for k, v in getattr(exc, "fields", {}).items() if isinstance(v, str | int | type(None))}
+            results.put((rank, {"ok": False, "type": type(exc).__name__, "message": str(exc), "fields": fields}))
+    dist.destroy_process_group()
+
+
+class Cluster:
+    """``world`` local ranks in one gloo group; :meth:`run` hands them one job."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        port = _free_port()
+        self._store = dist.TCPStore("127.0.0.1", port, world, is_master=True, wait_for_workers=False)
+        context = multiprocessing.get_context("spawn")
+        self._jobs = [context.Queue() for _ in range(world)]
+        self._results = context.Queue()
+        self.processes = [
+            context.Process(target=_serve, args=(r, world, port, self._jobs[r], self._results), daemon=True)
+            for r in range(world)
+        ]
+        for p in self.processes:
+            p.start()
+
+    def run(
+        self, call: str, *args: Any, die: dict[str, int] | None = None, timeout: float = 240, **kwargs: Any
+    ) -> dict[int, dict[str, Any]]:
+        """Every rank's outcome of ``call(*args, **kwargs)`` (a killed rank's is ``{"killed": True}``)."""
+        for q in self._jobs:
+            q.put({"call": call, "args": args, "kwargs": kwargs, "die": die})
+        out: dict[int, dict[str, Any]] = {}
+        expected = set(range(self.world)) - ({die["rank"]} if die else set())
+        deadline = time.monotonic() + timeout
+        while set(out) != expected:
+            try:
+                rank, result = self._results.get(timeout=0.5)
+            except queue.Empty:
+                dead = [r for r in sorted(expected - set(out)) if not self.processes[r].is_alive()]
+                if dead or time.monotonic() > deadline:
+                    why = f"died (exit codes {[self.processes[r].exitcode for r in dead]})" if dead else "timed out"
+                    missing = dead or sorted(expected - set(out))
+                    raise AssertionError(f"ranks {missing} gave no result: {why}") from None
+                continue
+            out[rank] = result
+        if die:
+            self.processes[die["rank"]].join(timeout=30)
+            out[die["rank"]] = {"killed": self.processes[die["rank"]].exitcode == -signal.SIGKILL}
+        return out
+
+    def close(self) -> None:
+        for q, p in zip(self._jobs, self.processes, strict=True):
+            if p.is_alive():
+                q.put(None)
+        for p in self.processes:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
