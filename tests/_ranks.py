@@ -54,8 +54,18 @@ def _serve(rank: int, world: int, port: int, jobs: Any, results: Any) -> None:
         job = jobs.get()
         if job is None:
             break
-        kwargs = dict(job["kwargs"])
-        die = job.get("die")
+        kwargs = {**job["kwargs"], **job["per_rank"].get(rank, {})}
+        die, fail = job.get("die"), job.get("fail")
+        if fail is not None and fail["rank"] == rank:
+            done: list[str] = []
+
+            def failing(event: str, payload: Any, after: int = fail["after_tensors"], done: list[str] = done) -> None:
+                if event == "tensor":
+                    done.append(payload["name"])
+                    if len(done) == after:
+                        raise RuntimeError("injected failure")
+
+            kwargs["progress"] = failing
         if die is not None and die["rank"] == rank:
             seen: list[str] = []
 
@@ -94,11 +104,23 @@ class Cluster:
             p.start()
 
     def run(
-        self, call: str, *args: Any, die: dict[str, int] | None = None, timeout: float = 240, **kwargs: Any
+        self,
+        call: str,
+        *args: Any,
+        die: dict[str, int] | None = None,
+        fail: dict[str, int] | None = None,
+        per_rank: dict[int, dict[str, Any]] | None = None,
+        timeout: float = 240,
+        **kwargs: Any,
     ) -> dict[int, dict[str, Any]]:
-        """Every rank's outcome of ``call(*args, **kwargs)`` (a killed rank's is ``{"killed": True}``)."""
+        """Every rank's outcome of ``call(*args, **kwargs)``.
+
+        ``die={"rank": r, "after_tensors": n}`` kills rank r (SIGKILL) after n tensors (its outcome
+        is ``{"killed": True}``); ``fail=`` makes it raise ``RuntimeError("injected failure")``
+        instead; ``per_rank={r: {...}}`` gives rank r other keyword arguments.
+        """
         for q in self._jobs:
-            q.put({"call": call, "args": args, "kwargs": kwargs, "die": die})
+            q.put({"call": call, "args": args, "kwargs": kwargs, "die": die, "fail": fail, "per_rank": per_rank or {}})
         out: dict[int, dict[str, Any]] = {}
         expected = set(range(self.world)) - ({die["rank"]} if die else set())
         deadline = time.monotonic() + timeout

@@ -29,12 +29,10 @@ from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.hashing import file_sha256, update_from_file
 from fp4convert.checkpoint.source import SourceCheckpoint
 
 __all__ = ["SourceHashes"]
-
-_CHUNK = 16 << 20  # bytes read from disk per update when filling a gap
 
 
 class _Chain:
@@ -67,16 +65,7 @@ class _Chain:
             self.pool.shutdown(wait=False)
 
     def _read_into_hash(self, start: int, end: int) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            while start < end:
-                chunk = os.pread(fd, min(_CHUNK, end - start), start)
-                if not chunk:
-                    raise OSError(f"{self.path}: unexpected end of file at byte {start} while hashing it")
-                self.sha.update(chunk)
-                start += len(chunk)
-        finally:
-            os.close(fd)
+        update_from_file(self.sha, self.path, start, end)
 
     def done(self) -> list[Future[None]]:
         """Futures still pending (finished ones are dropped; errors surface in :meth:`wait`)."""

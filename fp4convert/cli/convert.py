@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fp4convert.cli import options
+from fp4convert.cli.ranks import is_root, joined, rank_timeout
 from fp4convert.cli.render import echo_json, progress_bar
 
 
@@ -29,6 +30,7 @@ from fp4convert.cli.render import echo_json, progress_bar
 @options.revision_option("SOURCE")
 @options.overwrite
 @click.option("--resume", is_flag=True, help="Continue an interrupted run, keeping verified shards.")
+@rank_timeout
 @options.quiet
 @options.json_output
 def convert(
@@ -43,6 +45,7 @@ def convert(
     revision: str | None,
     overwrite: bool,
     resume: bool,
+    rank_timeout: float,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -50,10 +53,13 @@ def convert(
 
     Plans every tensor, refuses before writing anything if the contract cannot hold, converts shard
     by shard, writes config, index and manifest, then verifies the output.
+
+    Under torchrun (torchrun --nproc-per-node P -m fp4convert convert ...) the ranks share the work
+    and the output is the same, byte for byte (docs/distributed.md).
     """
     from fp4convert.convert.execute import convert_checkpoint
 
-    with progress_bar(not quiet) as hook:
+    with joined(device), progress_bar(not quiet and is_root()) as hook:
         report = convert_checkpoint(
             source,
             destination,
@@ -67,7 +73,10 @@ def convert(
             calibration=calibration,
             revision=revision,
             progress=hook,
+            rank_timeout=rank_timeout,
         )
+    if not is_root():
+        return
     if as_json:
         echo_json(report)
         return

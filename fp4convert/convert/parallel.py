@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,22 +35,22 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.file_hashes import SourceHashes
-from fp4convert.checkpoint.hashing import tensor_sha256
+from fp4convert.checkpoint.hashing import range_sha256
 from fp4convert.checkpoint.positional_writer import PositionalWriter
 from fp4convert.checkpoint.reader import SourceReader
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, read_header
+from fp4convert.checkpoint.safetensors_io import read_header
 from fp4convert.convert.shards import SHARD_METADATA, ProgressHook
 from fp4convert.plan import ConversionPlan, PlannedTensor, input_amax, member_amax, quantize_tensor
 
 __all__ = ["ShardJob", "ShardResults", "default_readers", "write_shards"]
 
-_READ_BACK_BATCH = 64 << 20  # bytes of output tensors read back per task
+_READ_BACK_BATCH = 16 << 20  # bytes of output tensors read back per task
 
 
 def default_readers(workers: int) -> int:
     """Source files streamed at once: enough for the hash chains (one core each) to keep up with
     ``workers`` quantizing threads, one on a small machine so shards finish in order there."""
-    return max(1, workers // 3)
+    return max(2, workers // 2)
 
 
 @dataclass
@@ -79,7 +79,7 @@ class ShardJob:
     calibration: Mapping[str, float] | None
     workers: int
     readers: int = 1
-    budget: int = 768 << 20
+    budget: int = 512 << 20
 
 
 @dataclass
@@ -143,7 +143,8 @@ class _Run:
         self.items = {f: by_file[f] for f in job.files}
         self.remaining = {f: len(items) for f, items in self.items.items()}
         self.results = ShardResults()
-        self.futures: list[Future[Any]] = []
+        self.outstanding = 0  # streams and tasks not finished yet
+        self.idle = threading.Condition(self.lock)
         self.compute = ThreadPoolExecutor(max(1, job.workers), thread_name_prefix="fp4convert-quantize")
         self.reader = SourceReader(
             self.plan.source, hashes=SourceHashes(self.plan.source, files=job.hash_files, fill_gaps=True)
@@ -159,10 +160,10 @@ class _Run:
                 self.errors.append(exc)
         self.stopped.set()
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        future = self.compute.submit(self.guarded, fn, *args)
+    def submit(self, fn: Callable[..., Any], *args: Any, pool: ThreadPoolExecutor | None = None) -> None:
         with self.lock:
-            self.futures.append(future)
+            self.outstanding += 1
+        (pool or self.compute).submit(self.guarded, fn, *args)
 
     def guarded(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -171,6 +172,24 @@ class _Run:
             fn(*args)
         except BaseException as exc:
             self.fail(exc)
+        finally:
+            with self.lock:
+                self.outstanding -= 1
+                if not self.outstanding:
+                    self.idle.notify_all()
+
+    def wait(self, check: Callable[[], None]) -> None:
+        """Until every stream and task is done, or the work stopped; ``check`` runs meanwhile."""
+        while True:
+            with self.lock:
+                if not self.outstanding or self.stopped.is_set():
+                    return
+                self.idle.wait(0.2)
+            try:
+                check()
+            except BaseException as exc:
+                self.fail(exc)
+                return
 
     # -- one source file, front to back ------------------------------------------------------------
 
@@ -266,19 +285,18 @@ class _Run:
             os.fsync(fd)
         finally:
             os.close(fd)
-        sizes = {name: entry.nbytes for name, entry in read_header(path)[0].items()}
+        entries = read_header(path)[0]
         batch: list[str] = []
         total = 0
         for name in names:
             batch.append(name)
-            total += sizes[name]
+            total += entries[name].nbytes
             if total >= _READ_BACK_BATCH or name == names[-1]:
-                self.submit(self.hash_back, path, batch)
+                self.submit(self.hash_back, path, [(n, entries[n].start, entries[n].end) for n in batch])
                 batch, total = [], 0
 
-    def hash_back(self, path: Path, names: list[str]) -> None:
-        with SafetensorsFile(path) as f:
-            digests = {name: tensor_sha256(f.read_bytes(name)) for name in names}
+    def hash_back(self, path: Path, spans: list[tuple[str, int, int]]) -> None:
+        digests = {name: range_sha256(path, start, end) for name, start, end in spans}
         with self.lock:
             self.results.read_back.update(digests)
 
@@ -318,25 +336,9 @@ def write_shards(
     try:
         streams_at_once = max(1, min(job.readers, len(by_source)))
         with ThreadPoolExecutor(streams_at_once, thread_name_prefix="fp4convert-read") as pool:
-            streams = [pool.submit(run.guarded, run.stream, items) for items in by_source.values()]
-            while True:
-                _, pending = wait(streams, timeout=0.2, return_when=FIRST_EXCEPTION)
-                with run.lock:
-                    every = [*run.futures]
-                finished = not pending and all(f.done() for f in every)
-                if finished:
-                    with run.lock:  # a task that ended just now may have queued read-backs
-                        finished = all(f.done() for f in run.futures)
-                if finished or run.stopped.is_set():
-                    break
-                try:
-                    check()
-                except BaseException as exc:
-                    run.fail(exc)
-                    break
-        for future in list(run.futures):
-            if not run.stopped.is_set():
-                future.result()
+            for items in by_source.values():
+                run.submit(run.stream, items, pool=pool)
+            run.wait(check)  # a task counts its read-backs before it ends: nothing is missed
         if run.errors:
             raise run.errors[0]
         run.results.source_hashes = run.reader.hashes.hexdigests()

@@ -191,6 +191,7 @@ def verify_checkpoint(
         _check_structure(name, info, dialect, report)
         expected.update(info["outputs"])
     index_path = directory / INDEX_NAME
+    share = None if files is None else set(files)  # this rank's shards
     files = {o["file"] for o in expected.values()}
     if index_path.is_file():
         weight_map = json.loads(index_path.read_text())["weight_map"]
@@ -218,7 +219,7 @@ def verify_checkpoint(
                     )
                 )
                 continue
-            if files is None or file in files:
+            if share is None or file in share:
                 to_hash.setdefault(file, []).append(name)
         known = dict(read_back or {})
         missing = {f: [n for n in names if n not in known] for f, names in to_hash.items()}
@@ -228,7 +229,7 @@ def verify_checkpoint(
             report.checks.append(TensorCheck(name, ok, "sha256", "" if ok else "bytes differ from the manifest"))
         _check_shared_scales(directory, manifest, dialect, found, cache, report)
         if source is not None:
-            _compare_with_source(directory, manifest, source, device, found, cache, report, files)
+            _compare_with_source(directory, manifest, source, device, found, cache, report, share)
     finally:
         for f in cache.values():
             f.close()
@@ -307,7 +308,7 @@ def _compare_with_source(
     found: Mapping[str, Any],
     cache: dict[str, SafetensorsFile],
     report: VerifyReport,
-    files: Collection[str] | None,
+    share: Collection[str] | None,
 ) -> None:
     contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/fp4convert.json", json_text=True)
     dialect = get_dialect(manifest["dialect"], per_token_activations=contract.formats.nvfp4.per_token_activations)
@@ -320,7 +321,7 @@ def _compare_with_source(
     report.compared_with_source = True
     try:
         for item in plan.items:
-            if files is not None and not any(found.get(n, ("",))[0] in files for n, _, _ in item.outputs):
+            if share is not None and not any(found.get(n, ("",))[0] in share for n, _, _ in item.outputs):
                 continue  # another rank's share
             early = amaxes.take(item.info.name)
             x = early if early is not None else reader.read(item.info.name)
