@@ -11,6 +11,7 @@ progress hook), which leaves the cluster unusable: start a new one.
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import queue
@@ -18,9 +19,23 @@ import signal
 import socket
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+
+
+def assert_same_output(one: Path, other: Path) -> None:
+    """Every file of two outputs byte-identical; the manifests identical but for their creation time."""
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in other.iterdir())
+    for name in names:
+        if name == "fp4convert.json":
+            a, b = (json.loads((d / name).read_text()) for d in (one, other))
+            a.pop("created"), b.pop("created")
+            assert a == b
+        else:
+            assert (one / name).read_bytes() == (other / name).read_bytes(), name
 
 
 def _free_port() -> int:

@@ -31,6 +31,7 @@ import torch
 
 from fp4convert.checkpoint.hashing import file_sha256, update_from_file
 from fp4convert.checkpoint.source import SourceCheckpoint
+from fp4convert.errors import CheckpointError
 
 __all__ = ["SourceHashes"]
 
@@ -48,7 +49,16 @@ class _Chain:
         self.pending: deque[Future[None]] = deque()
         self.fill(header_end)  # the length prefix and JSON header (and any gap before the data)
 
+    def _check_end(self, end: int) -> None:
+        if end > self.size:
+            raise CheckpointError(
+                f"{self.path} ends at byte {self.size}, before byte {end} that its header gives a tensor",
+                hint="the file is truncated or was changed during the run: download it again",
+                file=self.path,
+            )
+
     def submit(self, data: Any, end: int) -> None:
+        self._check_end(end)
         self.pending.append(self.pool.submit(self.sha.update, data))
         self.position = end
         self._retire()
@@ -56,6 +66,7 @@ class _Chain:
     def fill(self, end: int) -> None:
         """Hash ``[position, end)`` from disk (on the file's thread, in order)."""
         if end > self.position:
+            self._check_end(end)
             self.pending.append(self.pool.submit(self._read_into_hash, self.position, end))
             self.position = end
             self._retire()

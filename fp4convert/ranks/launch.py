@@ -3,7 +3,8 @@
 ``torchrun --nnodes N --nproc-per-node P -m fp4convert convert ...`` starts N x P processes with
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` set. Each one joins
 the group here: gloo for CPU ranks, NCCL for GPU ranks (with gloo beside it for CPU tensors), each
-GPU rank on its ``LOCAL_RANK`` device, collectives under ``timeout`` seconds.
+GPU rank on its ``LOCAL_RANK`` device (ranks share the GPUs when a node has fewer), collectives
+under ``timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def process_group(device: str, *, timeout: float = 600.0) -> Iterator[bool]:
         yield dist.is_initialized()
         return
     if device.startswith("cuda"):
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count()))
         backend = "cpu:gloo,cuda:nccl"
     else:
         backend = "gloo"

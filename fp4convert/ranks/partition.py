@@ -46,7 +46,7 @@ def contiguous_split(sizes: Sequence[int], parts: int) -> list[range]:
     for index, size in enumerate(sizes):
         # Cut when the capacity is reached, or when the items left are just enough for one per part.
         left = len(sizes) - index
-        if load and (load + size > low or left < parts - (len(cuts) - 1)):
+        if index > cuts[-1] and (load + size > low or left <= parts - len(cuts)):
             cuts.append(index)
             load = 0
         load += size

@@ -273,9 +273,10 @@ class RankTeam(Team):
     # -- the Team interface -----------------------------------------------------------------------
 
     def device(self, device: str) -> str:
-        if device == "cuda":
-            torch.cuda.set_device(self.local_rank)
-            return f"cuda:{self.local_rank}"
+        if device == "cuda":  # more ranks than GPUs on a node share them
+            index = self.local_rank % max(1, torch.cuda.device_count())
+            torch.cuda.set_device(index)
+            return f"cuda:{index}"
         return device
 
     def agree(self, what: str, fields: Mapping[str, Any]) -> None:
@@ -317,8 +318,10 @@ class RankTeam(Team):
         self.exchange(f"reduce/{self._reductions}", True)  # every rank is alive and at this point
         out = values.clone()
         backend = str(dist.get_backend())
-        if "nccl" in backend and torch.cuda.is_available():
-            out = out.to(f"cuda:{self.local_rank}")
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        # NCCL for GPU ranks; gloo when ranks share a GPU (NCCL refuses two ranks on one device)
+        if "nccl" in backend and gpus and ("gloo" not in backend or self.local_world <= gpus):
+            out = out.to(f"cuda:{self.local_rank % gpus}")
         dist.all_reduce(out, op=dist.ReduceOp.MAX)
         return out.cpu()
 

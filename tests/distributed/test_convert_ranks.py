@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from _helpers import CONTRACTS, NVFP4_EXPERTS
-from _ranks import Cluster
+from _ranks import Cluster, assert_same_output
 
 from fp4convert.checkpoint.source import open_checkpoint
 from fp4convert.contract import load_contract
@@ -48,35 +48,8 @@ def all_linear(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def clusters():
-    made: dict[int, Cluster] = {}
-
-    def get(world: int) -> Cluster:
-        if world not in made:
-            made[world] = Cluster(world)
-        return made[world]
-
-    yield get
-    for cluster in made.values():
-        cluster.close()
-
-
 def contract_path(name: str, all_linear: Path) -> Path:
     return {"all-linear": all_linear, "experts": NVFP4_EXPERTS}[name]
-
-
-def assert_same_output(one: Path, other: Path) -> None:
-    """Every file byte-identical; the manifest identical but for its creation time."""
-    names = sorted(p.name for p in one.iterdir())
-    assert names == sorted(p.name for p in other.iterdir())
-    for name in names:
-        if name == "fp4convert.json":
-            a, b = (json.loads((d / name).read_text()) for d in (one, other))
-            a.pop("created"), b.pop("created")
-            assert a == b
-        else:
-            assert (one / name).read_bytes() == (other / name).read_bytes(), name
 
 
 def cross_rank_groups(source: Path, contract: Path, dialect: str, max_shard_size: int | None, world: int) -> int:
@@ -106,7 +79,11 @@ def test_mxfp8_across_three_ranks(clusters, tiny_checkpoint, tmp_path):
     src = tiny_checkpoint("deepseek_v3")
     convert_checkpoint(src, tmp_path / "one", contract=DEEPSEEK_MXFP8, dialect="sglang-mxfp8", max_shard_size=30_000)
     out = clusters(3).run(
-        "convert", str(src), str(tmp_path / "ranks"), contract=str(DEEPSEEK_MXFP8), dialect="sglang-mxfp8",
+        "convert",
+        str(src),
+        str(tmp_path / "ranks"),
+        contract=str(DEEPSEEK_MXFP8),
+        dialect="sglang-mxfp8",
         max_shard_size=30_000,
     )
     assert all(r["ok"] for r in out.values()), out
@@ -145,7 +122,11 @@ def test_a_killed_rank_stops_the_others_and_resume_keeps_its_finished_shards(tin
     doomed = Cluster(2)
     try:
         out = doomed.run(
-            "convert", str(src), str(dst), contract=str(NVFP4_EXPERTS), rank_timeout=3.0,
+            "convert",
+            str(src),
+            str(dst),
+            contract=str(NVFP4_EXPERTS),
+            rank_timeout=3.0,
             die={"rank": 1, "after_tensors": 20},
         )
     finally:
