@@ -49,7 +49,6 @@ def test_files_nobody_reads_are_hashed_by_the_least_loaded_rank(plan):
 
 
 def test_a_resumed_run_reads_kept_siblings_for_the_scale_and_agrees_the_single_process_value(plan):
-    files = list(plan.by_output_file())
     items = {i.info.name: i for i in plan.items}
     group, members = next(
         (g, m) for g, m in plan.groups.items() if len({items[n].output_file for n in m}) > 1
