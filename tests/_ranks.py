@@ -25,14 +25,16 @@ from typing import Any
 import torch.distributed as dist
 
 
-def assert_same_output(one: Path, other: Path) -> None:
-    """Every file of two outputs byte-identical; the manifests identical but for their creation time."""
+def assert_same_output(one: Path, other: Path, *, also_differs: tuple[str, ...] = ()) -> None:
+    """Every file of two outputs byte-identical; the manifests identical but for their creation
+    time (and the manifest keys ``also_differs``: ``device`` between a CPU and a GPU run)."""
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted(p.name for p in other.iterdir())
     for name in names:
         if name == "fp4convert.json":
             a, b = (json.loads((d / name).read_text()) for d in (one, other))
-            a.pop("created"), b.pop("created")
+            for key in ("created", *also_differs):
+                a.pop(key), b.pop(key)
             assert a == b
         else:
             assert (one / name).read_bytes() == (other / name).read_bytes(), name
@@ -42,6 +44,42 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _progress_hook(job: dict[str, Any], rank: int, counted: dict[str, int]) -> Any:
+    """The progress hook the job gives this rank: one that kills it (``die``), makes it fail
+    (``fail``) or counts its bytes into ``counted`` (``count_progress``); None for none of them."""
+    die, fail = job.get("die"), job.get("fail")
+    if die is not None and die["rank"] == rank:
+        seen: list[str] = []
+
+        def hook(event: str, payload: Any, after: int = die["after_tensors"]) -> None:
+            if event == "tensor":
+                seen.append(payload["name"])
+                if len(seen) == after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        return hook
+    if fail is not None and fail["rank"] == rank:
+        done: list[str] = []
+
+        def failing(event: str, payload: Any, after: int = fail["after_tensors"]) -> None:
+            if event == "tensor":
+                done.append(payload["name"])
+                if len(done) == after:
+                    raise RuntimeError("injected failure")
+
+        return failing
+    if job.get("count_progress"):
+
+        def count(event: str, payload: Any) -> None:
+            if "bytes" in payload:
+                counted[event] = counted.get(event, 0) + payload["bytes"]
+            if event == "plan":
+                counted["total"] = payload["bytes"]
+
+        return count
+    return None
 
 
 def _serve(rank: int, world: int, port: int, jobs: Any, results: Any) -> None:
@@ -70,31 +108,14 @@ def _serve(rank: int, world: int, port: int, jobs: Any, results: Any) -> None:
         if job is None:
             break
         kwargs = {**job["kwargs"], **job["per_rank"].get(rank, {})}
-        die, fail = job.get("die"), job.get("fail")
-        if fail is not None and fail["rank"] == rank:
-            done: list[str] = []
-
-            def failing(event: str, payload: Any, after: int = fail["after_tensors"], done: list[str] = done) -> None:
-                if event == "tensor":
-                    done.append(payload["name"])
-                    if len(done) == after:
-                        raise RuntimeError("injected failure")
-
-            kwargs["progress"] = failing
-        if die is not None and die["rank"] == rank:
-            seen: list[str] = []
-
-            def hook(event: str, payload: Any, after: int = die["after_tensors"], seen: list[str] = seen) -> None:
-                if event == "tensor":
-                    seen.append(payload["name"])
-                    if len(seen) == after:
-                        os.kill(os.getpid(), signal.SIGKILL)
-
+        counted: dict[str, int] = {}
+        hook = _progress_hook(job, rank, counted)
+        if hook is not None:
             kwargs["progress"] = hook
         try:
             out = calls[job["call"]](*job["args"], **kwargs)
             data = out.to_json() if hasattr(out, "to_json") else dataclasses.asdict(out)
-            results.put((rank, {"ok": True, "result": data}))
+            results.put((rank, {"ok": True, "result": data, "progress": counted}))
         except Exception as exc:  # sent back as data: the test asserts on it
             fields = {k: v for k, v in getattr(exc, "fields", {}).items() if isinstance(v, str | int | type(None))}
             results.put((rank, {"ok": False, "type": type(exc).__name__, "message": str(exc), "fields": fields}))
@@ -125,6 +146,7 @@ class Cluster:
         die: dict[str, int] | None = None,
         fail: dict[str, int] | None = None,
         per_rank: dict[int, dict[str, Any]] | None = None,
+        count_progress: bool = False,
         timeout: float = 240,
         **kwargs: Any,
     ) -> dict[int, dict[str, Any]]:
@@ -132,10 +154,12 @@ class Cluster:
 
         ``die={"rank": r, "after_tensors": n}`` kills rank r (SIGKILL) after n tensors (its outcome
         is ``{"killed": True}``); ``fail=`` makes it raise ``RuntimeError("injected failure")``
-        instead; ``per_rank={r: {...}}`` gives rank r other keyword arguments.
+        instead; ``per_rank={r: {...}}`` gives rank r other keyword arguments; ``count_progress``
+        adds each rank's progress bytes per event to its outcome (``"progress"``).
         """
+        job = {"call": call, "args": args, "kwargs": kwargs, "die": die, "fail": fail, "per_rank": per_rank or {}}
         for q in self._jobs:
-            q.put({"call": call, "args": args, "kwargs": kwargs, "die": die, "fail": fail, "per_rank": per_rank or {}})
+            q.put({**job, "count_progress": count_progress})
         out: dict[int, dict[str, Any]] = {}
         expected = set(range(self.world)) - ({die["rank"]} if die else set())
         deadline = time.monotonic() + timeout

@@ -16,14 +16,17 @@ One conversion process (one rank) gets a list of output shards (:class:`ShardJob
   these hashes with those taken while writing).
 
 Memory is bounded: a stream waits while the source bytes in flight exceed ``budget`` (a tensor
-larger than that goes alone). The native kernels, hashlib, ``pread`` / ``pwrite`` and the CUDA copies
-release the GIL; what is left in Python per tensor is small next to them (``bench/convert.py``
-measures it). On any failure, or once ``check`` raises (another rank failed), every stream stops,
-the unfinished shards are removed and the first error is raised as it was.
+larger than that goes alone). The native kernels, hashlib, ``pread`` / ``pwrite`` and the CUDA
+copies release the GIL; what is left in Python per tensor is small next to them
+(``bench/distributed.py`` measures it). On a GPU, one thread at a time quantizes (Triton's runtime
+is not safe against concurrent first launches); the copies to the GPU bound that step. On any
+failure, or once ``check`` raises (another rank failed), every stream stops, the unfinished shards
+are removed and the first error is raised as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -145,7 +148,17 @@ class _Run:
         self.results = ShardResults()
         self.outstanding = 0  # streams and tasks not finished yet
         self.idle = threading.Condition(self.lock)
-        self.compute = ThreadPoolExecutor(max(1, job.workers), thread_name_prefix="fp4convert-quantize")
+        cuda = torch.device(job.device).type == "cuda"
+        index = torch.device(job.device).index if cuda else None
+        self.compute = ThreadPoolExecutor(
+            max(1, job.workers),
+            thread_name_prefix="fp4convert-quantize",
+            # the current CUDA device is per thread: the kernels launch on the job's GPU
+            initializer=(lambda: torch.cuda.set_device(index)) if index is not None else None,
+        )
+        # Triton's runtime is not safe against concurrent first launches (it compiles then): one
+        # thread at a time on the GPU; hashing, writing and reading still run on every thread.
+        self.gpu: Any = threading.Lock() if cuda else contextlib.nullcontext()
         self.reader = SourceReader(
             self.plan.source, hashes=SourceHashes(self.plan.source, files=job.hash_files, fill_gaps=True)
         )
@@ -227,15 +240,16 @@ class _Run:
             amax = self.job.group_amax[group]
         for item, x in members:
             try:
-                tensors = quantize_tensor(
-                    item,
-                    x,
-                    dialect=plan.dialect,
-                    profile=plan.contract.nvfp4_profile,
-                    amax=amax,
-                    input_amax=input_amax(item, plan.groups, self.job.calibration),
-                    device=self.job.device,
-                )
+                with self.gpu:
+                    tensors = quantize_tensor(
+                        item,
+                        x,
+                        dialect=plan.dialect,
+                        profile=plan.contract.nvfp4_profile,
+                        amax=amax,
+                        input_amax=input_amax(item, plan.groups, self.job.calibration),
+                        device=self.job.device,
+                    )
                 writer = self.writer(item.output_file)
                 for name, _, _ in item.outputs:
                     writer.write(name, tensors[name])  # sha256 + pwrite at its offset

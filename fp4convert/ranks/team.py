@@ -154,6 +154,7 @@ class RankTeam(Team):
         self._beat_count = 0
         self._reductions = 0
         self._delivered: dict[int, int] = {}
+        self._reported: dict[int, int] = {}  # rank 0: the bytes of each rank already shown
         self._deliver_lock = threading.Lock()
         self._set(f"beat/{rank}", b"0")
         self._thread = threading.Thread(target=self._run, name="fp4convert-rank-beat", daemon=True)
@@ -228,7 +229,6 @@ class RankTeam(Team):
 
     def _run(self) -> None:
         last_beat = 0.0
-        reported: dict[int, int] = {}
         while not self._stop.wait(0.1):
             try:
                 now = time.monotonic()
@@ -242,17 +242,23 @@ class RankTeam(Team):
                 if self._abort is None:
                     self._abort = self._peer_problem(range(self.world))
                 self._deliver()
-                if self._watch is not None:
-                    for r in range(1, self.world):
-                        if self._has(f"bytes/{r}"):
-                            done = int(self._get(f"bytes/{r}"))
-                            if done > reported.get(r, 0):
-                                self._watch("bytes", {"bytes": done - reported.get(r, 0), "rank": r})
-                                reported[r] = done
+                self._report_bytes()
             except DistributedError as exc:
                 self._abort = self._abort or exc
             except Exception as exc:  # a progress hook that raised: stop the work with its error
                 self._abort = self._abort or DistributedError(f"progress display failed: {_describe(exc)}")
+
+    def _report_bytes(self) -> None:
+        """Hand rank 0's progress hook the bytes the other ranks posted since the last call."""
+        with self._deliver_lock:
+            if self._watch is None:
+                return
+            for r in range(1, self.world):
+                if self._has(f"bytes/{r}"):
+                    done = int(self._get(f"bytes/{r}"))
+                    if done > self._reported.get(r, 0):
+                        self._watch("bytes", {"bytes": done - self._reported.get(r, 0), "rank": r})
+                        self._reported[r] = done
 
     def _wait(self, keys: Mapping[int, str]) -> dict[int, bytes]:
         """The values of ``keys`` (rank -> key) once every one is posted; raises if a rank failed or is lost."""
@@ -322,7 +328,16 @@ class RankTeam(Team):
         # NCCL for GPU ranks; gloo when ranks share a GPU (NCCL refuses two ranks on one device)
         if "nccl" in backend and gpus and ("gloo" not in backend or self.local_world <= gpus):
             out = out.to(f"cuda:{self.local_rank % gpus}")
-        dist.all_reduce(out, op=dist.ReduceOp.MAX)
+        try:
+            dist.all_reduce(out, op=dist.ReduceOp.MAX)
+        except RuntimeError as exc:  # a peer died within the collective: name it, as a wait would
+            deadline = time.monotonic() + self.rank_timeout + 2 * self._beat_every
+            while time.monotonic() < deadline:
+                problem = self._peer_problem(range(self.world))
+                if problem is not None:
+                    raise problem from exc
+                time.sleep(0.1)
+            raise
         return out.cpu()
 
     @contextmanager
@@ -339,8 +354,10 @@ class RankTeam(Team):
             raise
         else:
             self._watching = False
-            self.exchange("messages-sent", True)  # every rank's sends have landed
+            self._set(f"bytes/{self.rank}", str(self._done_bytes).encode())
+            self.exchange("messages-sent", True)  # every rank's sends and final bytes have landed
             self._deliver()
+            self._report_bytes()
         finally:
             self._watching = False
             self._watch = None

@@ -147,3 +147,23 @@ def test_a_killed_rank_stops_the_others_and_resume_keeps_its_finished_shards(tin
         assert (kept / name).read_bytes() == (dst / name).read_bytes()
     convert_checkpoint(src, tmp_path / "one", contract=NVFP4_EXPERTS)
     assert_same_output(tmp_path / "one", dst)
+
+
+def test_rank_0_shows_the_bytes_of_every_rank(clusters, tiny_checkpoint, tmp_path):
+    src = tiny_checkpoint("deepseek_v3")
+    out = clusters(3).run(
+        "convert",
+        str(src),
+        str(tmp_path / "out"),
+        contract=str(NVFP4_EXPERTS),
+        max_shard_size=40_000,
+        count_progress=True,
+    )
+    assert all(r["ok"] for r in out.values()), out
+    root = out[0]["progress"]
+    total = out[0]["result"]["source_bytes"]
+    assert root["total"] == total and root["tensor"] + root["bytes"] == total  # its own, plus the others'
+    assert root["tensor"] < total and root["bytes"] > 0
+    others = [out[r]["progress"] for r in (1, 2)]
+    assert all("total" not in p and "bytes" not in p for p in others)  # one display: rank 0's
+    assert root["tensor"] + sum(p.get("tensor", 0) for p in others) == total
