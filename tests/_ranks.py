@@ -24,6 +24,33 @@ from typing import Any
 
 import torch.distributed as dist
 
+from fp4convert.checkpoint.source import open_checkpoint
+from fp4convert.contract import load_contract
+from fp4convert.convert.distributed import share_shards
+from fp4convert.convert.group_amax import groups_to_agree
+from fp4convert.dialects import get_dialect
+from fp4convert.plan import plan_conversion
+
+#: a contract quantizing every decoder Linear, so q/k/v, gate/up and MLA q_a/kv_a groups are fused
+ALL_LINEAR = """version: 1
+name: nvfp4-all-decoder-linears
+description: NVFP4 on every decoder Linear (attention and experts).
+formats: {nvfp4: {per_token_activations: true}}
+rules: [{kind: glob, namespace: hf, pattern: "model.layers.*", format: nvfp4}]
+default: bf16
+bf16_exceptions: {routers: true, lm_head: true}
+"""
+
+
+def cross_rank_groups(source: Path, contract: Path, dialect: str, max_shard_size: int | None, world: int) -> int:
+    """Fused groups whose members ``world`` ranks write on more than one rank (their shared scale is
+    agreed across ranks): a test asserts there are some, so its equal bytes prove the agreement."""
+    c = load_contract(contract)
+    plan = plan_conversion(open_checkpoint(source), c, get_dialect(dialect), max_shard_size=max_shard_size)
+    files = list(plan.by_output_file())
+    agreed = groups_to_agree(plan, share_shards(plan, files, world), files)
+    return sum(len(set(readers.values())) > 1 for readers in agreed.values())
+
 
 def assert_same_output(one: Path, other: Path, *, also_differs: tuple[str, ...] = ()) -> None:
     """Every file of two outputs byte-identical; the manifests identical but for their creation

@@ -1,9 +1,11 @@
 """Read a source checkpoint's tensors once, and hash its files on the way.
 
-:class:`SourceReader` serves tensors by name (one file descriptor per shard, one positional read
-per tensor, no mmap) and offers every byte it reads to :class:`~fp4convert.checkpoint.file_hashes.SourceHashes`,
-which computes every shard's sha256 from them (one thread per file, so files hash in parallel):
-the manifest's source hashes cost no second pass over the source in the usual, front-to-back order.
+:class:`SourceReader` serves a source's logical tensors by name (one file descriptor per shard,
+one positional read per stored range, no mmap; quantized and fused sources decoded on the way,
+:mod:`fp4convert.checkpoint.decode`) and offers every byte it reads to
+:class:`~fp4convert.checkpoint.file_hashes.SourceHashes`, which computes every shard's sha256 from
+them (one thread per file, so files hash in parallel): the manifest's source hashes cost no second
+pass over the source in the usual, front-to-back order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import threading
 
 import torch
 
+from fp4convert.checkpoint.decode.read import SourceDecoder, decode_unit
 from fp4convert.checkpoint.file_hashes import SourceHashes
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
@@ -22,7 +25,10 @@ __all__ = ["SourceReader"]
 class SourceReader:
     """Reads source tensors (one fd per shard, no mmap), hashing each shard from the bytes read.
 
-    Safe to call :meth:`read` from several threads.
+    Safe to call :meth:`read` from several threads: a read unit of one logical tensor (a dense
+    tensor, an FP8 weight with its scales) is read and decoded outside any lock, so reads run in
+    parallel; a unit that yields several tensors (a fused expert's gate and up) goes through the
+    decoder, which reads it once and keeps the other tensors until they are asked for.
 
     Args:
         source: the source checkpoint.
@@ -40,6 +46,8 @@ class SourceReader:
         self.hashes = SourceHashes(source) if hashes is None else hashes
         self._files: dict[str, SafetensorsFile] = {}
         self._lock = threading.Lock()
+        self._view = source.view()
+        self._decoder = SourceDecoder(self._view, self.read_range)
 
     def _file(self, shard: str) -> SafetensorsFile:
         with self._lock:
@@ -48,11 +56,20 @@ class SourceReader:
             return self._files[shard]
 
     def read(self, name: str) -> torch.Tensor:
-        """Source tensor ``name`` with its dtype and shape (a fresh CPU tensor)."""
-        shard = self.source.tensor_file[name]
-        tensor = self._file(shard).read(name)
-        self.hashes.offer(shard, self.source.shards[shard][name].start, tensor)
-        return tensor
+        """Logical tensor ``name`` of the source (a fresh CPU tensor): a stored tensor as it is, or
+        decoded where the source stores it quantized or fused (:meth:`SourceCheckpoint.view`)."""
+        unit = self._view.unit_of(name)
+        if len(unit.outputs) > 1:
+            return self._decoder.read(name)
+        raw = [self.read_range(p.file, p.start, p.end) for p in unit.parts]
+        return decode_unit(unit, raw, self._view.quantization)[name]
+
+    def read_range(self, shard: str, start: int, end: int) -> torch.Tensor:
+        """Bytes ``[start, end)`` of ``shard`` as uint8 (a tensor, one expert's slice of a fused
+        tensor, a scale), offered to the shard's hash."""
+        data = self._file(shard).read_range(start, end)
+        self.hashes.offer(shard, start, data)
+        return data
 
     def shard_hashes(self) -> dict[str, str]:
         """sha256 of every source shard file hashed (what was not read is read from disk now)."""

@@ -41,18 +41,19 @@ def groups_to_agree(
         writing: the output shards written in this run (a resumed run keeps the others).
     """
     items = {item.info.name: item for item in plan.items}
+    view = plan.source.view()
     out: dict[str, dict[str, int]] = {}
     for group, members in plan.groups.items():
         its = [items[m] for m in members]
         writers = sorted({owner[i.output_file] for i in its if i.output_file in writing})
         if not writers:
             continue  # every member is in kept shards: nothing to quantize
-        entries = [plan.source.entry(m) for m in members]
+        logical = [view.tensors[m] for m in members]  # where each member's data is read
         one_stream = (
             len(writers) == 1
             and all(i.output_file in writing for i in its)
             and len({i.source_file for i in its}) == 1
-            and max(e.end for e in entries) - min(e.start for e in entries) <= HOLD_SPAN
+            and max(t.position[1] + t.nbytes for t in logical) - min(t.position[1] for t in logical) <= HOLD_SPAN
         )
         if not one_stream:
             readers = [owner[i.output_file] if i.output_file in writing else writers[0] for i in its]

@@ -341,12 +341,13 @@ def write_shards(
         A :class:`ShardResults`.
     """
     run = _Run(job, hook, on_finished)
+    view = job.plan.source.view()
     by_source: dict[str, list[PlannedTensor]] = {}
     for file in job.files:
         for item in run.items[file]:
             by_source.setdefault(item.source_file, []).append(item)
     for items in by_source.values():
-        items.sort(key=lambda i: job.plan.source.entry(i.info.name).start)
+        items.sort(key=lambda i: view.tensors[i.info.name].position)  # the file's data order
     try:
         streams_at_once = max(1, min(job.readers, len(by_source)))
         with ThreadPoolExecutor(streams_at_once, thread_name_prefix="fp4convert-read") as pool:

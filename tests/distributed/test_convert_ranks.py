@@ -14,25 +14,11 @@ from pathlib import Path
 
 import pytest
 from _helpers import CONTRACTS, NVFP4_EXPERTS
-from _ranks import Cluster, assert_same_output
+from _ranks import Cluster, assert_same_output, cross_rank_groups
 
-from fp4convert.checkpoint.source import open_checkpoint
-from fp4convert.contract import load_contract
-from fp4convert.convert.distributed import share_shards
 from fp4convert.convert.execute import convert_checkpoint
-from fp4convert.convert.group_amax import groups_to_agree
-from fp4convert.dialects import get_dialect
-from fp4convert.plan import plan_conversion
 
 DEEPSEEK_MXFP8 = CONTRACTS / "deepseek-v3-mxfp8-mla-bf16.yaml"
-ALL_LINEAR = """version: 1
-name: nvfp4-all-decoder-linears
-description: NVFP4 on every decoder Linear (attention and experts).
-formats: {nvfp4: {per_token_activations: true}}
-rules: [{kind: glob, namespace: hf, pattern: "model.layers.*", format: nvfp4}]
-default: bf16
-bf16_exceptions: {routers: true, lm_head: true}
-"""
 
 #: (model, dialect, contract, max shard size): fused groups land on several ranks in each
 CASES = {
@@ -41,23 +27,8 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def all_linear(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("contracts") / "all-linear.yaml"
-    path.write_text(ALL_LINEAR)
-    return path
-
-
 def contract_path(name: str, all_linear: Path) -> Path:
     return {"all-linear": all_linear, "experts": NVFP4_EXPERTS}[name]
-
-
-def cross_rank_groups(source: Path, contract: Path, dialect: str, max_shard_size: int | None, world: int) -> int:
-    c = load_contract(contract)
-    plan = plan_conversion(open_checkpoint(source), c, get_dialect(dialect), max_shard_size=max_shard_size)
-    files = list(plan.by_output_file())
-    agreed = groups_to_agree(plan, share_shards(plan, files, world), files)
-    return sum(len(set(readers.values())) > 1 for readers in agreed.values())
 
 
 @pytest.mark.parametrize("world", [2, 3])

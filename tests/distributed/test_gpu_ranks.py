@@ -5,20 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from _helpers import NVFP4_EXPERTS
-from _ranks import assert_same_output
+from _ranks import ALL_LINEAR, assert_same_output
 
 from fp4convert.convert.execute import convert_checkpoint
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-
-ALL_LINEAR = """version: 1
-name: nvfp4-all-decoder-linears
-description: NVFP4 on every decoder Linear (attention and experts).
-formats: {nvfp4: {per_token_activations: true}}
-rules: [{kind: glob, namespace: hf, pattern: "model.layers.*", format: nvfp4}]
-default: bf16
-bf16_exceptions: {routers: true, lm_head: true}
-"""
 
 
 @pytest.mark.parametrize("model", ["qwen3_moe", "deepseek_v3"])
