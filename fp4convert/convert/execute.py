@@ -58,6 +58,10 @@ class ConversionReport:
         seconds: wall time.
         files: the output shards.
         resumed_files: shards kept from an interrupted run.
+        ranks: per rank (one for a process alone), what it wrote and how long it took: ``rank``,
+            ``device``, ``workers`` (its threads), ``files`` (output shards it wrote),
+            ``source_bytes`` (the source bytes they are made from), ``hashed_files`` (source files
+            it hashed) and ``seconds`` (its shard phase: read, quantize, hash, write, read back).
     """
 
     destination: str
@@ -72,6 +76,7 @@ class ConversionReport:
     seconds: float
     files: list[str] = field(default_factory=list)
     resumed_files: list[str] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @contextmanager
@@ -118,12 +123,13 @@ def _convert_shards(
     workers: int,
     calibration: Mapping[str, float] | None,
     hook: ProgressHook,
-) -> tuple[ShardResults, list[str]]:
+) -> tuple[ShardResults, list[str], list[dict[str, Any]]]:
     """Write this rank's share of the output shards (keeping, when resuming, every finished shard
     whose tensors still hash as the journal says); rank 0 gets every rank's results.
 
     Returns:
-        (the results of every rank on rank 0, this rank's own elsewhere; the shards kept).
+        (the results of every rank on rank 0, this rank's own elsewhere; the shards kept; on rank
+        0, every rank's :attr:`ConversionReport.ranks` figures, this rank's own elsewhere).
     """
     finished = team.broadcast("journal", journal.data["files"] if journal is not None else None)
     by_file = plan.by_output_file()
@@ -165,6 +171,7 @@ def _convert_shards(
             team.progress(payload["bytes"])
         hook(event, payload)
 
+    started = time.perf_counter()
     with team.working(hook, on_message=record):
         mine = write_shards(
             job,
@@ -172,12 +179,21 @@ def _convert_shards(
             on_finished=lambda file, tensors: team.send({"file": file, "tensors": tensors}),
             check=team.check,
         )
-    records = team.gather("results", mine.__dict__)
+    figures = {
+        "rank": team.rank,
+        "device": device,
+        "workers": workers,
+        "files": len(job.files),
+        "source_bytes": sum(sizes[f] for f in job.files),
+        "hashed_files": len(job.hash_files),
+        "seconds": time.perf_counter() - started,
+    }
+    records = team.gather("results", {**mine.__dict__, "figures": figures})
     results = merge_results(records) if records is not None else mine
     for file, tensors in kept.items():
         results.sha.update(finished[file]["tensors"])
         results.read_back.update(tensors)
-    return results, list(kept)
+    return results, list(kept), [r["figures"] for r in records] if records is not None else [figures]
 
 
 def convert_checkpoint(
@@ -314,7 +330,7 @@ def _convert(
 
     if team.is_root:
         hook("plan", {"files": len(plan.by_output_file()), "tensors": len(plan.items), "bytes": plan.source_bytes})
-    shards, resumed = _convert_shards(
+    shards, resumed, ranks = _convert_shards(
         plan, staging, journal, team, device=team.device(device), workers=workers, calibration=calib, hook=hook
     )
     outcome: dict[str, Any] = {}
@@ -344,7 +360,7 @@ def _convert(
             )
         journal.remove()
         publish(staging, destination)
-        outcome = {"formats": manifest["formats"], "output_bytes": total}
+        outcome = {"formats": manifest["formats"], "output_bytes": total, "ranks": ranks}
     outcome = team.broadcast("published", outcome)
     hook("done", {})
     return ConversionReport(
@@ -360,6 +376,7 @@ def _convert(
         seconds=time.perf_counter() - started,
         files=sorted(plan.by_output_file()),
         resumed_files=resumed,
+        ranks=outcome["ranks"],
     )
 
 

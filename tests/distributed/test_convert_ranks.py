@@ -44,6 +44,12 @@ def test_ranks_write_the_single_process_output(case, world, clusters, tiny_check
     assert all(r["ok"] for r in out.values()), out
     assert {r["result"]["output_bytes"] for r in out.values()} == {single.output_bytes}
     assert_same_output(tmp_path / "one", tmp_path / "ranks")
+    # every rank reports every rank's share: the shards and source bytes add up to the whole
+    figures = out[0]["result"]["ranks"]
+    assert all(r["result"]["ranks"] == figures for r in out.values())
+    assert [f["rank"] for f in figures] == list(range(world)) and all(f["files"] > 0 for f in figures)
+    assert sum(f["files"] for f in figures) == len(single.files) == single.ranks[0]["files"]
+    assert sum(f["source_bytes"] for f in figures) == single.source_bytes == single.ranks[0]["source_bytes"]
 
 
 def test_mxfp8_across_three_ranks(clusters, tiny_checkpoint, tmp_path):
