@@ -61,7 +61,7 @@ _EXPERT = re.compile(r"\.mlp\.experts\.(\d+)\.")
 
 
 #: the model whose shapes are used (``--config`` replaces it, e.g. a tiny one for a CPU smoke run)
-MODEL = "Qwen3-30B-A3B"
+DEFAULT_MODEL = MODEL = "Qwen3-30B-A3B"
 
 
 def qwen3_config(layers: int) -> dict[str, Any]:
@@ -151,15 +151,19 @@ def run_convert(cmd: list[str], log: Path) -> dict[str, Any]:
     return {"wall_s": wall, "report": report}
 
 
+#: the manifest: compared without its ``created`` timestamp (the one field two runs never share)
+MANIFEST = "fp4convert.json"
+
+
 def output_digests(directory: Path) -> dict[str, str]:
-    """sha256 of every file (16 at a time); the manifest's also without its ``created`` field."""
-    files = sorted(p for p in directory.iterdir() if p.is_file())
+    """sha256 of every file (16 at a time), the manifest's of its JSON without ``created``."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name != MANIFEST)
     with ThreadPoolExecutor(16) as pool:
         digests = dict(zip([p.name for p in files], pool.map(file_sha256, files), strict=True))
-    manifest = json.loads((directory / "fp4convert.json").read_text())
+    manifest = json.loads((directory / MANIFEST).read_text())
     manifest.pop("created")
     canonical = json.dumps(manifest, sort_keys=True).encode()
-    digests["fp4convert.json without created"] = hashlib.sha256(canonical).hexdigest()
+    digests[f"{MANIFEST} (without created)"] = hashlib.sha256(canonical).hexdigest()
     return digests
 
 
@@ -168,7 +172,7 @@ def part_convert(args: argparse.Namespace, gpus: int, out: Path) -> bool:
     src = args.workdir / f"source-{args.layers}l"
     info = make_source(src, args.layers, int(args.shard_gb * 1e9), args.device)
     gigabytes = info["bytes"] / 1e9
-    print(f"[convert] source: Qwen3-30B-A3B shapes, {args.layers} layers, {info['tensors']} tensors, "
+    print(f"[convert] source: {MODEL} shapes, {args.layers} layers, {info['tensors']} tensors, "
           f"{gigabytes:.2f} GB bf16 in {info['files']} shards; ready in {time.perf_counter() - started:.0f} s",
           flush=True)  # fmt: skip
     cases = [("1 process, 1 GPU", None), (f"torchrun {gpus} rank{'s' if gpus > 1 else ''}, 1 per GPU", gpus)]
@@ -317,8 +321,11 @@ def rank_syncs(
 
 def _export_worker(rank: int, config: dict[str, Any], args: dict[str, Any], barrier: Any, out: str) -> None:
     """One process per GPU: the reference slice on this GPU, then this EP rank's syncs."""
-    device = f"cuda:{rank}"
-    torch.cuda.set_device(rank)
+    device = f"cuda:{rank}" if args["device"] == "cuda" else "cpu"
+    if args["device"] == "cuda":
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // args["ep_size"]))
     kwargs = {"contract": str(CONTRACT), "family": FAMILY, "config": config, "dialect": "modelopt"}
     reference, ref_figures = reference_export(config, device, kwargs)
     figures = rank_syncs(config, device, rank, args["ep_size"], args["syncs"], kwargs, reference, barrier)
@@ -336,7 +343,7 @@ def part_export(args: argparse.Namespace, gpus: int, out: Path) -> bool:
 
         context = mp.get_context("spawn")
         barrier = context.Barrier(gpus)
-        settings = {"ep_size": ep_size, "syncs": args.syncs}
+        settings = {"ep_size": ep_size, "syncs": args.syncs, "device": args.device}
         procs = [
             context.Process(target=_export_worker, args=(r, config, settings, barrier, str(out))) for r in range(gpus)
         ]
@@ -355,7 +362,7 @@ def part_export(args: argparse.Namespace, gpus: int, out: Path) -> bool:
         ranks = [rank_syncs(config, device, r, ep_size, args.syncs, kwargs, reference) for r in range(ep_size)]
         del reference
         mode = f"1 GPU: the {ep_size} EP ranks one after another on it"
-    print(f"[export] Qwen3-30B-A3B shapes, {args.export_layers} layers, {ref['master_gb']:.1f} GB BF16 master; "
+    print(f"[export] {MODEL} shapes, {args.export_layers} layers, {ref['master_gb']:.1f} GB BF16 master; "
           f"EP = {ep_size} ({mode})")  # fmt: skip
     print(f"single process, EP 1 (1 GPU): export_hf {ref['export_s']:.2f} s "
           f"({ref['master_gb'] / ref['export_s']:.1f} GB/s), validate_export {ref['validate_s']:.2f} s, "
@@ -403,7 +410,9 @@ def main() -> None:
     parser.add_argument("--skip-convert", action="store_true")
     parser.add_argument("--skip-export", action="store_true")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke run of the code")
-    parser.add_argument("--config", default=MODEL, help="shipped config name or config.json whose shapes are used")
+    parser.add_argument(
+        "--config", default=DEFAULT_MODEL, help="shipped config name or config.json whose shapes are used"
+    )
     args = parser.parse_args()
     global MODEL
     MODEL = args.config
