@@ -1,16 +1,22 @@
 """Conversion throughput in one process (threads) and across torchrun ranks, on one machine (issue 13).
 
-Input: bench/convert.py's synthetic Qwen3-30B-A3B-shaped checkpoint (4 decoder layers, ~6.2 GB
-bf16, 1575 tensors, 3 shards), converted under the NVFP4 experts-only contract (ModelOpt dialect).
+Input: the synthetic Qwen3-30B-A3B-shaped checkpoint of bench/convert.py (4 decoder layers, ~6.2 GB
+bf16, 1575 tensors, 3 shards; drawn on the GPU when there is one, bench/multi_gpu.py), converted
+under the NVFP4 experts-only contract (ModelOpt dialect).
 
 Cases, each a fresh process tree with the page cache warm, measured with wait4 (wall, user CPU,
 peak RSS of the largest process) and by the converter itself (``seconds`` of ``--json``: from the
 plan to the published output, without interpreter start-up):
 
+* 1 process, every core (the default): the reference;
 * 1 process, ``--workers 1`` (one quantizing thread; the per-file hash and read threads still run);
-* 1 process, every core (the default);
-* P processes under ``torchrun --standalone --nproc-per-node P`` (P = 2, 4: each rank gets the
-  cores divided by P), for each device in ``--devices`` (``cuda`` ranks share the GPUs there are);
+* P CPU processes under ``torchrun --standalone --nproc-per-node P`` (``--procs``, each rank gets
+  the cores divided by P);
+* with ``cuda`` in ``--devices``: 1 process on one GPU, ``torchrun`` with one rank per GPU there is,
+  and the ``--procs`` counts above it (ranks then share the GPUs);
+* the hardware limits it works against, measured first (``--no-probe`` skips): sha256 on one
+  core, one core's NVFP4 quantization of expert-sized tensors, one thread's read of the warm
+  source, and writing 1 GB to the work directory with fsync;
 * optionally ``--cold``: the 1-process case after dropping the page cache (root only), next to the
   storage's own cold sequential read of the same files: how close the conversion is to I/O bound.
 
@@ -25,6 +31,7 @@ in BF16) on N nodes of 8 GPUs from the measured per-rank throughput and a stated
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -32,20 +39,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from convert import ROOT, make_source, warm  # bench/convert.py, beside this file
+from multi_gpu import make_source as draw_source  # the same checkpoint, drawn on a GPU
 
 CONTRACT = ROOT / "contracts/nvfp4-experts-per-token.yaml"
 DEEPSEEK_V3_BYTES = 1.342e12  # 671B parameters in BF16
 DEEPSEEK_V3_FP8_BYTES = 0.689e12  # the published FP8 checkpoint (read, then decoded to BF16)
 
 
-def command(src: Path, out: Path, *, procs: int, device: str, workers: int | None) -> list[str]:
+def command(src: Path, out: Path, *, procs: int, device: str, workers: int | None, launcher: bool) -> list[str]:
     args = ["convert", str(src), str(out), "--contract", str(CONTRACT), "--device", device, "--json", "--quiet"]
     if workers is not None:
         args += ["--workers", str(workers)]
-    if procs == 1:
+    if not launcher:
         return [sys.executable, "-m", "fp4convert", *args]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}", "-m",
             "fp4convert", *args]  # fmt: skip
@@ -72,17 +83,21 @@ def measure_with_report(cmd: list[str]) -> dict[str, float]:
     report = json.loads(text[text.index("{") :])
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"wall_s": wall, "user_s": usage.ru_utime, "peak_rss_gb": usage.ru_maxrss / 2**20,
-            "convert_s": report["seconds"], "output_bytes": report["output_bytes"]}  # fmt: skip
+            "convert_s": report["seconds"], "output_bytes": report["output_bytes"],
+            "ranks": report["ranks"]}  # fmt: skip
 
 
-def same_output(one: Path, other: Path) -> bool:
+def same_output(one: Path, other: Path, *, also_differs: tuple[str, ...] = ()) -> bool:
+    """Every file byte for byte; the manifest but its ``created`` (and ``also_differs``: ``device``
+    between a CPU and a GPU run)."""
     names = sorted(p.name for p in one.iterdir())
     if names != sorted(p.name for p in other.iterdir()):
         return False
     for name in names:
         if name == "fp4convert.json":
             a, b = (json.loads((d / name).read_text()) for d in (one, other))
-            a.pop("created"), b.pop("created")
+            for key in ("created", *also_differs):
+                a.pop(key), b.pop(key)
             if a != b:
                 return False
         elif subprocess.run(["cmp", "-s", str(one / name), str(other / name)]).returncode != 0:
@@ -110,24 +125,74 @@ def cold_read_gbps(src: Path) -> float:
     return total / 1e9 / (time.perf_counter() - start)
 
 
-def estimate(results: dict[str, dict[str, float]], gigabytes: float, storage_gbps: float) -> None:
+def probe(src: Path, workdir: Path) -> dict[str, float]:
+    """GB/s of the steps every byte goes through, each on one core / thread (see the module docstring)."""
+    from fp4convert.formats import quantize_nvfp4
+
+    def rate(nbytes: int, fn: Any, repeat: int = 3) -> float:
+        best = float("inf")
+        for _ in range(repeat):
+            started = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - started)
+        return nbytes / best / 1e9
+
+    data = os.urandom(256 << 20)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    x = (torch.randn(16 * 768, 2048) * 0.02).to(torch.bfloat16)  # 16 experts' gate_proj, one tensor each
+    experts = list(x.split(768))
+    quantize = rate(x.numel() * 2, lambda: [quantize_nvfp4(e) for e in experts])
+    torch.set_num_threads(previous)
+    shard = max(src.glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    chunk = bytearray(16 << 20)
+
+    def read() -> None:
+        with shard.open("rb", buffering=0) as f:
+            while f.readinto(chunk):
+                pass
+
+    target = workdir / "probe-write.bin"
+
+    def write() -> None:
+        with target.open("wb", buffering=0) as f:
+            for _ in range(64):
+                f.write(chunk)
+            os.fsync(f.fileno())
+
+    figures = {
+        "sha256_gbps": rate(len(data), lambda: hashlib.sha256(data).digest()),
+        "nvfp4_quantize_gbps": quantize,
+        "read_warm_gbps": rate(shard.stat().st_size, read, repeat=1),
+        "write_fsync_gbps": rate(64 * len(chunk), write, repeat=2),
+    }
+    target.unlink()
+    return figures
+
+
+def estimate(results: dict[str, dict[str, Any]], storage_gbps: float) -> None:
     """DeepSeek-V3 on N nodes of 8 GPUs (8 ranks a node), from the per-rank throughput measured here.
 
     T(N) = max(B / (8 N r), (R + w B) / S) + t0: B the BF16 bytes converted, R the bytes read from
     storage (B for a BF16 source, about B/2 for the FP8 one), w B the bytes written (w measured:
-    output / source), r the per-rank throughput, S the storage bandwidth, t0 the fixed start and
-    finish (measured: wall minus conversion time).
+    output / source), r the per-rank throughput (each rank's source bytes over its shard phase,
+    the slowest rank of the case with one rank per GPU, or with the most CPU ranks when there is no
+    GPU), S the storage bandwidth, t0 the fixed start and finish (measured: wall minus the slowest
+    rank's shard phase: launcher, imports, plan, agreement, index/manifest, verify, publish).
     """
-    ranked = {n: r for n, r in results.items() if "--workers" not in n and "cold" not in n}
-    per_rank = {n: gigabytes / r["convert_s"] / r["procs"] for n, r in ranked.items()}
-    most = max(r["procs"] for r in ranked.values())
-    # The most ranks on this machine, each with the fewest cores: the conservative per-rank figure.
-    r_rank = min(v for n, v in per_rank.items() if ranked[n]["procs"] == most)
-    w = max(r["output_bytes"] for r in ranked.values()) / (gigabytes * 1e9)
-    t0 = max(r["wall_s"] - r["convert_s"] for r in ranked.values())
-    print(f"\nper-rank throughput: {', '.join(f'{n}: {v:.2f} GB/s' for n, v in per_rank.items())}")
-    print(f"estimate: r = {r_rank:.2f} GB/s per rank ({most} ranks on {len(os.sched_getaffinity(0))} cores), "
-          f"S = {storage_gbps:.0f} GB/s, w = {w:.2f}, t0 = {t0:.0f} s")  # fmt: skip
+    rates = {
+        n: min(f["source_bytes"] / 1e9 / f["seconds"] for f in r["ranks"] if f["files"]) for n, r in results.items()
+    }
+    gpu = [n for n in results if "1 rank per GPU" in n]
+    cpu = [n for n in results if ", cpu" in n and "--workers" not in n and "cold" not in n]
+    basis = gpu[0] if gpu else max(cpu, key=lambda n: (results[n]["procs"], -rates[n]))
+    r_rank = rates[basis]
+    source = sum(f["source_bytes"] for f in results[basis]["ranks"])
+    w = results[basis]["output_bytes"] / source
+    t0 = results[basis]["wall_s"] - max(f["seconds"] for f in results[basis]["ranks"])
+    print(f"\nper-rank throughput (slowest rank): {', '.join(f'{n}: {v:.2f} GB/s' for n, v in rates.items())}")
+    print(f"estimate from '{basis}': r = {r_rank:.2f} GB/s per rank, S = {storage_gbps:.0f} GB/s, w = {w:.2f}, "
+          f"t0 = {t0:.0f} s")  # fmt: skip
     print(f"{'nodes x 8 ranks':>16} {'BF16 source (min)':>18} {'FP8 source (min)':>17} {'bound':>8}")
     for nodes in (1, 2, 4, 8, 16, 32):
         compute = DEEPSEEK_V3_BYTES / 1e9 / (8 * nodes * r_rank)
@@ -135,6 +200,78 @@ def estimate(results: dict[str, dict[str, float]], gigabytes: float, storage_gbp
                  for read in (DEEPSEEK_V3_BYTES, DEEPSEEK_V3_FP8_BYTES)]  # fmt: skip
         bound = "ranks" if compute + t0 >= times[0] else "storage"
         print(f"{nodes:>16} {times[0] / 60:18.1f} {times[1] / 60:17.1f} {bound:>8}")
+
+
+#: (name, processes, device, --workers, under torchrun)
+Case = tuple[str, int, str, int | None, bool]
+
+
+def build_cases(args: argparse.Namespace, gpus: int) -> list[Case]:
+    procs = [int(p) for p in args.procs.split(",")]
+    cases: list[Case] = [("1 process, cpu", 1, "cpu", None, False)]  # the reference
+    if not args.no_single_thread:
+        cases.append(("1 process, cpu, --workers 1", 1, "cpu", 1, False))
+    if "cpu" in args.devices.split(","):
+        cases += [(f"{p} processes, cpu", p, "cpu", None, True) for p in procs if p > 1]
+    if gpus:
+        cases.append(("1 process, cuda", 1, "cuda", None, False))  # the reference of the cuda runs
+        cases.append((f"torchrun, 1 rank per GPU ({gpus}), cuda", gpus, "cuda", None, True))
+        cases += [(f"{p} processes on {gpus} GPU(s), cuda", p, "cuda", None, True) for p in procs if p > gpus]
+    return cases
+
+
+def run_cases(args: argparse.Namespace, src: Path, cases: list[Case]) -> dict[str, dict[str, Any]]:
+    """Run every case; each output compared with its device's 1-process output (that one with the CPU's)."""
+    results: dict[str, dict[str, Any]] = {}
+    references: dict[str, Path] = {}
+    for name, p, device, workers, launcher in cases:
+        out = args.workdir / ("out-" + "".join(c if c.isalnum() else "-" for c in name))
+        shutil.rmtree(out, ignore_errors=True)
+        warm(src)
+        r = run_case(command(src, out, procs=p, device=device, workers=workers, launcher=launcher))
+        r["procs"] = p
+        if p == 1 and workers is None and device not in references:
+            references[device], r["reference"] = out, device == "cpu"
+        ref = references.get(device, references["cpu"])
+        if ref == out:
+            ref = references["cpu"]  # the first GPU output against the CPU's: all but the recorded device
+        across = ("device",) if ref == references["cpu"] and device != "cpu" else ()
+        r["identical"] = ref != out and same_output(ref, out, also_differs=across)
+        results[name] = r
+        print(f"  {name}: {r['wall_s']:.1f} s", flush=True)
+        if out not in references.values() and r["identical"]:
+            shutil.rmtree(out)  # keep the disk: only the reference outputs are needed further
+    if args.cold:
+        if drop_page_cache():
+            read = cold_read_gbps(src)
+            drop_page_cache()
+            out = args.workdir / "out-cold"
+            shutil.rmtree(out, ignore_errors=True)
+            r = run_case(command(src, out, procs=1, device="cpu", workers=None, launcher=False))
+            r["procs"], r["identical"] = 1, same_output(references["cpu"], out)
+            results[f"1 process, cpu, cold cache (storage reads {read:.2f} GB/s)"] = r
+            shutil.rmtree(out)
+        else:
+            print("  cold cache: skipped (dropping the page cache needs root)")
+    return results
+
+
+def print_tables(results: dict[str, dict[str, Any]], gigabytes: float) -> None:
+    print(f"\n{'case':52} {'wall s':>7} {'convert s':>9} {'GB/s':>6} {'user s':>7} {'RSS GB':>7} {'identical':>9}")
+    for name, r in results.items():
+        same = "ref" if r.get("reference") else ("yes" if r["identical"] else "NO")
+        print(f"{name:52} {r['wall_s']:7.1f} {r['convert_s']:9.2f} {gigabytes / r['convert_s']:6.2f} "
+              f"{r['user_s']:7.1f} {r['peak_rss_gb']:7.2f} {same:>9}")  # fmt: skip
+    print(
+        "(identical: every file byte for byte with the 1-process output of the same device, the manifest but its\n"
+        " created time; the 1-process cuda output with the cpu one, the manifest also but its recorded device)"
+    )
+    print(f"\n{'case':52} {'rank':>4} {'shards':>6} {'source GB':>9} {'seconds':>8} {'GB/s':>6}")
+    for name, r in results.items():
+        if r["procs"] > 1:
+            for f in r["ranks"]:
+                print(f"{name:52} {f['rank']:4} {f['files']:6} {f['source_bytes'] / 1e9:9.2f} {f['seconds']:8.2f} "
+                      f"{f['source_bytes'] / 1e9 / f['seconds']:6.2f}")  # fmt: skip
 
 
 def main() -> None:
@@ -145,6 +282,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4, help="decoder layers of the synthetic source")
     parser.add_argument("--cold", action="store_true", help="also a cold-cache run (needs root)")
     parser.add_argument("--storage-gbps", type=float, default=20.0, help="aggregate storage read bandwidth")
+    parser.add_argument("--no-probe", action="store_true", help="skip measuring the hardware limits")
+    parser.add_argument("--no-single-thread", action="store_true", help="skip the --workers 1 case")
     parser.add_argument("--measure-one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure_one:
@@ -152,51 +291,19 @@ def main() -> None:
         return
     src = args.workdir / "source"
     started = time.perf_counter()
-    info = make_source(src, layers=args.layers)
+    gpus = torch.cuda.device_count() if "cuda" in args.devices.split(",") and torch.cuda.is_available() else 0
+    info = draw_source(src, args.layers, "cuda", shards=3) if gpus else make_source(src, layers=args.layers)
     gigabytes = info["bytes"] / 1e9
     cores = len(os.sched_getaffinity(0))
-    print(f"input: {info['tensors']} tensors, {gigabytes:.2f} GB bf16; {cores} cores; source ready in "
+    print(f"input: {info['tensors']} tensors, {gigabytes:.2f} GB bf16; {cores} cores, {gpus} GPUs; source ready in "
           f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
-    procs = [int(p) for p in args.procs.split(",")]
-    cases: list[tuple[str, int, str, int | None]] = [("1 process, cpu", 1, "cpu", None)]  # the reference
-    cases.append(("1 process, --workers 1", 1, "cpu", 1))
-    for device in args.devices.split(","):
-        cases += [(f"{p} process{'es' if p > 1 else ''}, {device}", p, device, None) for p in procs]
-    cases = list(dict.fromkeys(cases))  # the reference once
-    results: dict[str, dict[str, float]] = {}
-    reference: Path | None = None
-    for name, p, device, workers in cases:
-        out = args.workdir / ("out-" + "".join(c if c.isalnum() else "-" for c in name))
-        shutil.rmtree(out, ignore_errors=True)
+    if not args.no_probe:
         warm(src)
-        r = run_case(command(src, out, procs=p, device=device, workers=workers))
-        r["procs"] = p
-        if p == 1 and device == "cpu" and workers is None:
-            reference, r["reference"] = out, True
-        r["identical"] = reference is not None and out != reference and same_output(reference, out)
-        results[name] = r
-        print(f"  {name}: {r['wall_s']:.1f} s", flush=True)
-        if out != reference and r["identical"]:
-            shutil.rmtree(out)  # keep the disk: only the reference output is needed further
-    if args.cold:
-        if drop_page_cache():
-            read = cold_read_gbps(src)
-            drop_page_cache()
-            out = args.workdir / "out-cold"
-            shutil.rmtree(out, ignore_errors=True)
-            r = run_case(command(src, out, procs=1, device="cpu", workers=None))
-            r["procs"], r["identical"] = 1, reference is not None and same_output(reference, out)
-            results[f"1 process, cpu, cold cache (storage reads {read:.2f} GB/s)"] = r
-            shutil.rmtree(out)
-        else:
-            print("  cold cache: skipped (dropping the page cache needs root)")
-
-    print(f"\n{'case':52} {'wall s':>7} {'convert s':>9} {'GB/s':>6} {'user s':>7} {'RSS GB':>7} {'== 1 proc':>9}")
-    for name, r in results.items():
-        same = "ref" if r.get("reference") else ("yes" if r["identical"] else "NO")
-        print(f"{name:52} {r['wall_s']:7.1f} {r['convert_s']:9.2f} {gigabytes / r['convert_s']:6.2f} "
-              f"{r['user_s']:7.1f} {r['peak_rss_gb']:7.2f} {same:>9}")  # fmt: skip
-    estimate(results, gigabytes, args.storage_gbps)
+        limits = probe(src, args.workdir)
+        print("one core / thread: " + ", ".join(f"{k.removesuffix('_gbps')} {v:.2f} GB/s" for k, v in limits.items()))
+    results = run_cases(args, src, build_cases(args, gpus))
+    print_tables(results, gigabytes)
+    estimate(results, args.storage_gbps)
     print(f"\ntotal bench time {time.perf_counter() - started:.0f} s")
 
 
