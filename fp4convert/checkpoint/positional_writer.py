@@ -6,6 +6,11 @@ the one layout rule :class:`~fp4convert.checkpoint.safetensors_io.StreamingWrite
 :class:`PositionalWriter` writes the header first and then each tensor at its offset with
 ``pwrite`` as soon as it is ready, hashing it (sha256) on the calling thread. The bytes are those
 :class:`StreamingWriter` writes for the same layout, whatever the order of the writes.
+
+Every ``writeback_every`` bytes written, :meth:`PositionalWriter.writeback_due` says so, and the
+caller runs :meth:`PositionalWriter.writeback` (an ``fdatasync``) on a thread of its own: the disk
+writes the file while the conversion goes on, instead of all at once when the file is closed and
+synced (the kernel would otherwise hold gigabytes of dirty pages until then).
 """
 
 from __future__ import annotations
@@ -45,8 +50,13 @@ class PositionalWriter:
         path: str | Path,
         layout: Iterable[tuple[str, str, tuple[int, ...]]],
         metadata: dict[str, str] | None = None,
+        *,
+        writeback_every: int = 0,
     ) -> None:
         self.path = Path(path)
+        self._writeback_every = writeback_every
+        self._unsynced = 0  # bytes written since the last writeback was asked for
+        self._fd_lock = threading.Lock()  # the fd is not closed while a writeback uses it
         layout = list(layout)
         raw, spans = header_bytes(layout, metadata, where=str(self.path))
         self._spans = {name: (len(raw) + start, len(raw) + end) for name, (start, end) in spans.items()}
@@ -87,7 +97,22 @@ class PositionalWriter:
         self._pwrite(memoryview(data).cast("B"), self._spans[name][0])  # type: ignore[arg-type]
         with self._lock:
             self.sha256[name] = digest
+            self._unsynced += data.nbytes
         return digest
+
+    def writeback_due(self) -> bool:
+        """Whether ``writeback_every`` bytes were written since the last time this said so (0: never)."""
+        with self._lock:
+            if not self._writeback_every or self._unsynced < self._writeback_every:
+                return False
+            self._unsynced = 0
+            return True
+
+    def writeback(self) -> None:
+        """``fdatasync`` what is written so far (blocks until the disk has it; a closed file: nothing)."""
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.fdatasync(self._fd)
 
     def close(self, *, sync: bool = True) -> None:
         """Check that every declared tensor was written, then close (fsync first unless ``sync=False``).
@@ -100,16 +125,18 @@ class PositionalWriter:
             raise CheckpointError(
                 f"{self.path}: {len(missing)} declared tensors were not written (first: {missing[0]!r})"
             )
-        try:
-            if sync:
-                os.fsync(self._fd)
-        finally:
-            os.close(self._fd)
-            self._fd = -1
+        with self._fd_lock:
+            try:
+                if sync:
+                    os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = -1
 
     def abort(self) -> None:
         """Close without checks and delete the partial file."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         self.path.unlink(missing_ok=True)

@@ -11,6 +11,8 @@ One conversion process (one rank) gets a list of output shards (:class:`ShardJob
   holds whole) to a pool of ``workers`` threads that quantize it, hash each output tensor and
   write it at its place in its shard (:class:`~fp4convert.checkpoint.positional_writer.PositionalWriter`:
   the plan fixed every offset, so tensors are written in any order);
+* every 256 MiB written to a shard, syncs it to disk on a thread of its own (the disk works
+  during the conversion, not only at the end);
 * closes a shard once its last tensor is written, renames it into place, reports it finished
   (the resume journal records it) and reads it back from disk on the same pool (verify compares
   these hashes with those taken while writing).
@@ -48,6 +50,7 @@ from fp4convert.plan import ConversionPlan, PlannedTensor, input_amax, member_am
 __all__ = ["ShardJob", "ShardResults", "default_readers", "write_shards"]
 
 _READ_BACK_BATCH = 16 << 20  # bytes of output tensors read back per task
+_WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background fdatasyncs
 
 
 def default_readers(workers: int) -> int:
@@ -159,6 +162,7 @@ class _Run:
         # Triton's runtime is not safe against concurrent first launches (it compiles then): one
         # thread at a time on the GPU; hashing, writing and reading still run on every thread.
         self.gpu: Any = threading.Lock() if cuda else contextlib.nullcontext()
+        self.syncer = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-writeback")
         self.reader = SourceReader(
             self.plan.source, hashes=SourceHashes(self.plan.source, files=job.hash_files, fill_gaps=True)
         )
@@ -254,6 +258,8 @@ class _Run:
                 for name, _, _ in item.outputs:
                     writer.write(name, tensors[name])  # sha256 + pwrite at its offset
                 del tensors
+                if writer.writeback_due():
+                    self.submit(writer.writeback, pool=self.syncer)  # the disk writes while we go on
                 self.hook("tensor", {"name": item.info.name, "bytes": item.bytes_before})
             finally:
                 self.budget.give(item.bytes_before)
@@ -267,7 +273,9 @@ class _Run:
                     raise _Stop
                 layout = [spec for item in self.items[file] for spec in item.outputs]
                 tmp = self.job.staging / (file + ".tmp")
-                writer = self.writers[file] = PositionalWriter(tmp, layout, metadata=SHARD_METADATA)
+                writer = self.writers[file] = PositionalWriter(
+                    tmp, layout, metadata=SHARD_METADATA, writeback_every=_WRITEBACK_BYTES
+                )
                 created = True
             else:
                 created = False
@@ -316,6 +324,7 @@ class _Run:
 
     def close(self) -> None:
         self.compute.shutdown(wait=True, cancel_futures=True)
+        self.syncer.shutdown(wait=True, cancel_futures=True)
         for writer in self.writers.values():
             writer.abort()
         self.writers.clear()

@@ -71,3 +71,32 @@ def test_a_symlink_left_at_the_name_is_replaced_not_followed(tmp_path):
     w.write("a", torch.ones(1, dtype=torch.uint8))
     w.close()
     assert target.read_bytes() == b"keep me" and not (tmp_path / "d.safetensors").is_symlink()
+
+
+def test_writebacks_fall_due_every_so_many_bytes_and_change_no_byte(tmp_path):
+    data = tensors(7)
+    layout = [(n, dtype_name(t.dtype), tuple(t.shape)) for n, t in data.items()]
+    seq = StreamingWriter(tmp_path / "seq.safetensors", layout)
+    for name, t in data.items():
+        seq.write(name, t)
+    seq.close()
+    every = 2000
+    writer = PositionalWriter(tmp_path / "pos.safetensors", layout, writeback_every=every)
+    since, due = 0, []
+    for name, t in reversed(data.items()):
+        writer.write(name, t)
+        since += t.numel() * t.element_size()
+        due.append(writer.writeback_due())
+        assert due[-1] == (since >= every)  # due once `every` bytes were written since the last time
+        if due[-1]:
+            since = 0
+            writer.writeback()  # the caller's background fdatasync, here inline
+    assert any(due) and not all(due)
+    writer.close()
+    writer.writeback()  # after close: nothing (no fd left to sync)
+    assert (tmp_path / "pos.safetensors").read_bytes() == (tmp_path / "seq.safetensors").read_bytes()
+    never = PositionalWriter(tmp_path / "never.safetensors", layout)  # writeback_every=0: never due
+    for name, t in data.items():
+        never.write(name, t)
+        assert not never.writeback_due()
+    never.abort()
