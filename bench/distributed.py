@@ -2,7 +2,8 @@
 
 Input: the synthetic Qwen3-30B-A3B-shaped checkpoint of bench/convert.py (4 decoder layers, ~6.2 GB
 bf16, 1575 tensors, 3 shards; drawn on the GPU when there is one, bench/multi_gpu.py), converted
-under the NVFP4 experts-only contract (ModelOpt dialect).
+under the NVFP4 experts-only contract (ModelOpt dialect) into output shards of at most 500 MB
+(the same in every case; 6 shards, so 2 and 4 ranks get balanced shares).
 
 Cases, each a fresh process tree with the page cache warm, measured with wait4 (wall, user CPU,
 peak RSS of the largest process) and by the converter itself (``seconds`` of ``--json``: from the
@@ -52,8 +53,14 @@ DEEPSEEK_V3_BYTES = 1.342e12  # 671B parameters in BF16
 DEEPSEEK_V3_FP8_BYTES = 0.689e12  # the published FP8 checkpoint (read, then decoded to BF16)
 
 
+#: output shards of at most this size in every case: 6 shards of the 2.8 GB output, so 2 and 4 ranks
+#: get balanced shares (mirroring the 3 source shards would leave a 4th rank idle)
+MAX_SHARD_SIZE = "500MB"
+
+
 def command(src: Path, out: Path, *, procs: int, device: str, workers: int | None, launcher: bool) -> list[str]:
     args = ["convert", str(src), str(out), "--contract", str(CONTRACT), "--device", device, "--json", "--quiet"]
+    args += ["--max-shard-size", MAX_SHARD_SIZE]
     if workers is not None:
         args += ["--workers", str(workers)]
     if not launcher:
@@ -193,6 +200,11 @@ def estimate(results: dict[str, dict[str, Any]], storage_gbps: float) -> None:
     print(f"\nper-rank throughput (slowest rank): {', '.join(f'{n}: {v:.2f} GB/s' for n, v in rates.items())}")
     print(f"estimate from '{basis}': r = {r_rank:.2f} GB/s per rank, S = {storage_gbps:.0f} GB/s, w = {w:.2f}, "
           f"t0 = {t0:.0f} s")  # fmt: skip
+    estimate_table(r_rank, w, t0, storage_gbps)
+
+
+def estimate_table(r_rank: float, w: float, t0: float, storage_gbps: float) -> None:
+    """The table of :func:`estimate` for given figures (``--estimate R,W,T0`` prints it alone)."""
     print(f"{'nodes x 8 ranks':>16} {'BF16 source (min)':>18} {'FP8 source (min)':>17} {'bound':>8}")
     for nodes in (1, 2, 4, 8, 16, 32):
         compute = DEEPSEEK_V3_BYTES / 1e9 / (8 * nodes * r_rank)
@@ -284,10 +296,16 @@ def main() -> None:
     parser.add_argument("--storage-gbps", type=float, default=20.0, help="aggregate storage read bandwidth")
     parser.add_argument("--no-probe", action="store_true", help="skip measuring the hardware limits")
     parser.add_argument("--no-single-thread", action="store_true", help="skip the --workers 1 case")
+    parser.add_argument("--estimate", default=None, help="R,W,T0: print the DeepSeek-V3 table for these figures")
     parser.add_argument("--measure-one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure_one:
         print(json.dumps(measure_with_report(json.loads(args.measure_one))))
+        return
+    if args.estimate:
+        r_rank, w, t0 = (float(v) for v in args.estimate.split(","))
+        print(f"r = {r_rank:.2f} GB/s per rank, S = {args.storage_gbps:.0f} GB/s, w = {w:.2f}, t0 = {t0:.0f} s")
+        estimate_table(r_rank, w, t0, args.storage_gbps)
         return
     src = args.workdir / "source"
     started = time.perf_counter()
