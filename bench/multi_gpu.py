@@ -300,7 +300,7 @@ def rank_syncs(
     exported: dict[str, torch.Tensor] = {}
     for _ in range(syncs):
         if barrier is not None:
-            barrier.wait()
+            barrier.wait(timeout=300)  # a rank that died breaks it: no rank waits forever
         _sync(device)
         start_stamp, started = time.time(), time.perf_counter()
         exported = dict(export_hf(master.items(), ep_rank=ep_rank, ep_size=ep_size, **kwargs))
