@@ -46,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from convert import ROOT, make_source, warm  # bench/convert.py, beside this file
+from multi_gpu import NO_MULTICAST
 from multi_gpu import make_source as draw_source  # the same checkpoint, drawn on a GPU
 
 CONTRACT = ROOT / "contracts/nvfp4-experts-per-token.yaml"
@@ -278,15 +279,16 @@ def print_tables(results: dict[str, dict[str, Any]], gigabytes: float) -> None:
         "(identical: every file byte for byte with the 1-process output of the same device, the manifest but its\n"
         " created time; the 1-process cuda output with the cpu one, the manifest also but its recorded device)"
     )
-    print(f"\n{'case':52} {'rank':>4} {'shards':>6} {'source GB':>9} {'seconds':>8} {'GB/s':>6}")
+    print(f"\n{'case':52} {'rank':>4} {'threads':>7} {'shards':>6} {'source GB':>9} {'seconds':>8} {'GB/s':>6}")
     for name, r in results.items():
-        if r["procs"] > 1:
-            for f in r["ranks"]:
-                print(f"{name:52} {f['rank']:4} {f['files']:6} {f['source_bytes'] / 1e9:9.2f} {f['seconds']:8.2f} "
-                      f"{f['source_bytes'] / 1e9 / f['seconds']:6.2f}")  # fmt: skip
+        for f in r["ranks"]:
+            print(f"{name:52} {f['rank']:4} {f['workers']:7} {f['files']:6} {f['source_bytes'] / 1e9:9.2f} "
+                  f"{f['seconds']:8.2f} {f['source_bytes'] / 1e9 / max(f['seconds'], 1e-9):6.2f}")  # fmt: skip
 
 
 def main() -> None:
+    for key in NO_MULTICAST:  # NVLink multicast stays off in every process started from here
+        os.environ.setdefault(key, "0" if key == "NCCL_NVLS_ENABLE" else "1")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fp4convert-bench"))
     parser.add_argument("--devices", default="cpu", help="comma-separated: cpu, cuda")
@@ -313,7 +315,8 @@ def main() -> None:
     info = draw_source(src, args.layers, "cuda", shards=3) if gpus else make_source(src, layers=args.layers)
     gigabytes = info["bytes"] / 1e9
     cores = len(os.sched_getaffinity(0))
-    print(f"input: {info['tensors']} tensors, {gigabytes:.2f} GB bf16; {cores} cores, {gpus} GPUs; source ready in "
+    print(f"input: {info['tensors']} tensors, {gigabytes:.2f} GB bf16; {cores} cores (torch threads "
+          f"{torch.get_num_threads()}), {gpus} GPUs; source ready in "
           f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
     if not args.no_probe:
         warm(src)

@@ -57,6 +57,8 @@ from fp4convert.families import hf_to_megatron, inventory_from_config, load_conf
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "contracts/nvfp4-experts-per-token.yaml"
 FAMILY = "qwen3_moe"
+#: NVLink multicast off in NCCL, PyTorch and NVSHMEM (the device machines require it)
+NO_MULTICAST = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 _EXPERT = re.compile(r"\.mlp\.experts\.(\d+)\.")
 
 
@@ -399,6 +401,8 @@ def part_export(args: argparse.Namespace, gpus: int, out: Path) -> bool:
 
 
 def main() -> None:
+    for key in NO_MULTICAST:  # NVLink multicast stays off in every process started from here
+        os.environ.setdefault(key, "0" if key == "NCCL_NVLS_ENABLE" else "1")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all there are)")
     parser.add_argument("--layers", type=int, default=16, help="decoder layers of the converted checkpoint")
