@@ -222,6 +222,9 @@ Case = tuple[str, int, str, int | None, bool]
 def build_cases(args: argparse.Namespace, gpus: int) -> list[Case]:
     procs = [int(p) for p in args.procs.split(",")]
     cases: list[Case] = [("1 process, cpu", 1, "cpu", None, False)]  # the reference
+    cores = len(os.sched_getaffinity(0))
+    if torch.get_num_threads() < cores:  # torch counts physical cores: also every logical one
+        cases.append((f"1 process, cpu, --workers {cores}", 1, "cpu", cores, False))
     if not args.no_single_thread:
         cases.append(("1 process, cpu, --workers 1", 1, "cpu", 1, False))
     if "cpu" in args.devices.split(","):
