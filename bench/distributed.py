@@ -232,7 +232,8 @@ def build_cases(args: argparse.Namespace, gpus: int) -> list[Case]:
     if gpus:
         cases.append(("1 process, cuda", 1, "cuda", None, False))  # the reference of the cuda runs
         cases.append((f"torchrun, 1 rank per GPU ({gpus}), cuda", gpus, "cuda", None, True))
-        cases += [(f"{p} processes on {gpus} GPU(s), cuda", p, "cuda", None, True) for p in procs if p > gpus]
+        shared = [int(p) for p in args.cuda_procs.split(",") if p] if args.cuda_procs is not None else procs
+        cases += [(f"{p} processes on {gpus} GPU(s), cuda", p, "cuda", None, True) for p in shared if p > gpus]
     return cases
 
 
@@ -296,6 +297,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fp4convert-bench"))
     parser.add_argument("--devices", default="cpu", help="comma-separated: cpu, cuda")
     parser.add_argument("--procs", default="1,2,4", help="comma-separated process counts")
+    parser.add_argument("--cuda-procs", default=None, help="cuda ranks sharing the GPUs (default: --procs)")
     parser.add_argument("--layers", type=int, default=4, help="decoder layers of the synthetic source")
     parser.add_argument("--cold", action="store_true", help="also a cold-cache run (needs root)")
     parser.add_argument("--storage-gbps", type=float, default=20.0, help="aggregate storage read bandwidth")
