@@ -54,12 +54,13 @@ model_free_ptq(sys.argv[1], sys.argv[2], scheme="NVFP4A16",
 """
 
 
-def make_source(directory: Path) -> dict[str, object]:
+def make_source(directory: Path, layers: int = LAYERS) -> dict[str, object]:
     """Write the synthetic checkpoint (skipped if a complete one is already there)."""
     config = dict(load_config("Qwen3-30B-A3B"))
-    config["num_hidden_layers"] = LAYERS
+    config["num_hidden_layers"] = layers
     inventory = inventory_from_config(config)
-    if (directory / "done").is_file():
+    done = directory / "done"
+    if done.is_file() and json.loads((directory / "config.json").read_text())["num_hidden_layers"] == layers:
         return {"tensors": len(inventory), "bytes": sum(t.numel for t in inventory) * 2}
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)

@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointError",
     "ContractError",
     "ConversionError",
+    "DistributedError",
     "FormatError",
     "Fp4ConvertError",
     "HubError",
@@ -78,6 +79,15 @@ class ConversionError(Fp4ConvertError, RuntimeError):
     """A conversion was refused or could not complete."""
 
     code = "conversion"
+
+
+class DistributedError(Fp4ConvertError, RuntimeError):
+    """A run split across ranks cannot go on: a rank failed or stopped responding, or the ranks disagree.
+
+    ``rank`` names the rank at fault (None when the ranks disagree with each other).
+    """
+
+    code = "distributed"
 
 
 class VerificationError(Fp4ConvertError, AssertionError):

@@ -1,26 +1,24 @@
 """Read a source checkpoint's tensors once, and hash its files and count non-finite values on the way.
 
 :class:`SourceReader` serves a source's logical tensors by name (one file descriptor per shard,
-one positional read per stored range, no mmap; quantized and fused sources decoded on the way)
-and computes every shard's sha256 from the bytes it reads anyway, so the manifest's source hashes
-cost no second pass over the source in the usual, front-to-back order. It also counts the NaN and
-infinite values of every logical tensor it serves (:func:`nonfinite_counts`: one min/max pass, an
-exact count only for a tensor that has any), so a conversion can refuse NaN weights, or record
-them, without a pass of its own.
+one positional read per stored range, no mmap; quantized and fused sources decoded on the way,
+:mod:`fp4convert.checkpoint.decode`) and offers every byte it reads to
+:class:`~fp4convert.checkpoint.file_hashes.SourceHashes`, which computes every shard's sha256 from
+them (one thread per file, so files hash in parallel): the manifest's source hashes cost no second
+pass over the source in the usual, front-to-back order. It also counts the NaN and infinite
+values of every logical tensor it serves (:func:`nonfinite_counts`: one min/max pass, an exact
+count only for a tensor that has any), so a conversion can refuse NaN weights, or record them,
+without a pass of its own.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
-from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.decode.read import SourceDecoder
-from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.decode.read import SourceDecoder, decode_unit
+from fp4convert.checkpoint.file_hashes import SourceHashes
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
 
@@ -50,50 +48,48 @@ def nonfinite_counts(tensor: torch.Tensor) -> dict[str, int]:
 
 
 class SourceReader:
-    """Reads source tensors (one fd per shard, no mmap), hashing each shard front to back.
+    """Reads source tensors (one fd per shard, no mmap), hashing each shard from the bytes read.
 
-    A tensor read right after its predecessor in the file extends that file's sha256; any other
-    read order marks the file for a separate hashing pass at the end. Reads are submitted in file
-    order, so the separate pass only happens for siblings that sit far apart. Hashing runs on its
-    own thread (sha256 is the costliest step after quantizing), at most a few tensors behind.
-    Safe to call :meth:`read` from several threads.
+    Safe to call :meth:`read` from several threads: a read unit of one logical tensor (a dense
+    tensor, an FP8 weight with its scales) is read and decoded outside any lock, so reads run in
+    parallel; a unit that yields several tensors (a fused expert's gate and up) goes through the
+    decoder, which reads it once and keeps the other tensors until they are asked for.
+
+    Args:
+        source: the source checkpoint.
+        hashes: where read bytes go; default: every file hashed, reads ahead of a file's hash held
+            until it gets there (see :class:`~fp4convert.checkpoint.file_hashes.SourceHashes`).
+            ``SourceHashes(source, files=())`` reads without hashing.
 
     Example (not run: it needs a checkpoint folder ``ckpt``):
         >>> reader = SourceReader(open_checkpoint("ckpt"))  # doctest: +SKIP
         >>> w = reader.read("model.norm.weight"); hashes = reader.shard_hashes(); reader.close()  # doctest: +SKIP
     """
 
-    _HASH_BACKLOG = 4
-
-    def __init__(self, source: SourceCheckpoint) -> None:
+    def __init__(self, source: SourceCheckpoint, *, hashes: SourceHashes | None = None) -> None:
         self.source = source
+        self.hashes = SourceHashes(source) if hashes is None else hashes
         self._files: dict[str, SafetensorsFile] = {}
-        self._hashers: dict[str, Any] = {}
-        self._next_offset: dict[str, int] = {}
-        self._broken: set[str] = set()  # shards not hashed in one sequential sweep
         self.nonfinite: dict[str, dict[str, int]] = {}  # tensor -> {"nan": n, "inf": m}, where any
         self._lock = threading.Lock()
-        self._hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
-        self._backlog: list[Future[None]] = []
-        self._separate_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash-file")
-        self._separate: dict[str, Future[str]] = {}  # shards read out of order: hashed from disk
-        self._decoder = SourceDecoder(source.view(), self.read_range)
+        self._view = source.view()
+        self._decoder = SourceDecoder(self._view, self.read_range)
 
     def _file(self, shard: str) -> SafetensorsFile:
         with self._lock:
             if shard not in self._files:
                 self._files[shard] = self.source.open(shard)
-                entries = self.source.shards[shard]
-                first = min((e.start for e in entries.values()), default=0)
-                with (self.source.root / shard).open("rb") as f:
-                    self._hashers[shard] = hashlib.sha256(f.read(first))  # length prefix + JSON header
-                self._next_offset[shard] = first
             return self._files[shard]
 
     def read(self, name: str) -> torch.Tensor:
         """Logical tensor ``name`` of the source (a fresh CPU tensor): a stored tensor as it is, or
         decoded where the source stores it quantized or fused (:meth:`SourceCheckpoint.view`)."""
-        tensor = self._decoder.read(name)
+        unit = self._view.unit_of(name)
+        if len(unit.outputs) > 1:
+            tensor = self._decoder.read(name)
+        else:
+            raw = [self.read_range(p.file, p.start, p.end) for p in unit.parts]
+            tensor = decode_unit(unit, raw, self._view.quantization)[name]
         counts = nonfinite_counts(tensor)
         if counts:
             with self._lock:
@@ -101,65 +97,25 @@ class SourceReader:
         return tensor
 
     def read_range(self, shard: str, start: int, end: int) -> torch.Tensor:
-        """Bytes ``[start, end)`` of ``shard`` as uint8 (one expert's slice of a fused tensor, a scale).
-
-        A shard first read out of order is hashed from disk right away, on a thread of its own,
-        instead of after the conversion (FP8 sources keep their scales apart from their weights).
-        """
+        """Bytes ``[start, end)`` of ``shard`` as uint8 (a tensor, one expert's slice of a fused
+        tensor, a scale), offered to the shard's hash."""
         data = self._file(shard).read_range(start, end)
-        with self._lock:  # queue hash updates in file order (the pool runs them in that order)
-            if shard not in self._broken and start == self._next_offset[shard]:
-                self._backlog.append(self._hash_pool.submit(self._hashers[shard].update, data.numpy()))
-                self._next_offset[shard] = end
-            elif shard not in self._broken:
-                self._broken.add(shard)
-                self._separate[shard] = self._separate_pool.submit(file_sha256, self.source.root / shard)
-            while len(self._backlog) > self._HASH_BACKLOG or (self._backlog and self._backlog[0].done()):
-                self._backlog.pop(0).result()
+        self.hashes.offer(shard, start, data)
         return data
 
-    def finished_hashes(self, also: Iterable[str] = ()) -> dict[str, str]:
-        """sha256 of the source shards whose hash can be known now: those read front to back to
-        their end, and those of ``also`` that were read out of order (hashed in a separate pass,
-        once: the pass :meth:`shard_hashes` would make at the end anyway)."""
-        with self._lock:  # which shards are complete, and the hash updates queued for them so far
-            pending = list(self._backlog)
-            done = [s for s in self._hashers if s not in self._broken and self._next_offset[s] == self._size(s)]
-            broken = [s for s in also if s in self._broken]
-        for future in pending:  # the pool runs updates in order: these include every update of `done`
-            future.result()
-        out = {shard: self._hashers[shard].hexdigest() for shard in done}
-        for shard in broken:
-            out[shard] = self._separate_hash(shard)
-        return out
-
-    def _separate_hash(self, shard: str) -> str:
-        with self._lock:
-            if shard not in self._separate:
-                self._separate[shard] = self._separate_pool.submit(file_sha256, self.source.root / shard)
-            future = self._separate[shard]
-        return future.result()
-
-    def _size(self, shard: str) -> int:
-        entries = self.source.shards[shard]
-        return max((e.end for e in entries.values()), default=0)
+    def finished_hashes(self) -> dict[str, str]:
+        """sha256 of the source files (of those this reader hashes) whose every byte has been read
+        or hashed so far: what a resume journal may record once a shard made from them is done."""
+        return self.hashes.finished()
 
     def shard_hashes(self) -> dict[str, str]:
-        """sha256 of every source shard file (a separate pass for any not read front to back)."""
-        for pending in self._backlog:
-            pending.result()
-        out = {}
-        for shard in self.source.shards:
-            size = (self.source.root / shard).stat().st_size
-            if shard in self._separate or shard in self._broken or self._next_offset.get(shard) != size:
-                out[shard] = self._separate_hash(shard)  # hashed from disk, once
-            else:
-                out[shard] = self._hashers[shard].hexdigest()
-        return out
+        """sha256 of every source shard file hashed (what was not read is read from disk now)."""
+        return self.hashes.hexdigests()
 
     def close(self) -> None:
         """Finish pending hash updates and close every file."""
-        self._hash_pool.shutdown(wait=True)
-        self._separate_pool.shutdown(wait=True)
-        for f in self._files.values():
-            f.close()
+        self.hashes.close()
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()

@@ -31,6 +31,7 @@ __all__ = [
     "StreamingWriter",
     "TensorEntry",
     "dtype_name",
+    "header_bytes",
     "read_header",
     "tensor_nbytes",
 ]
@@ -240,6 +241,37 @@ class SafetensorsFile:
         return self.read_bytes(name).view(DTYPES[entry.dtype]).reshape(entry.shape)
 
 
+def header_bytes(
+    layout: Iterable[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None, *, where: str = ""
+) -> tuple[bytes, dict[str, tuple[int, int]]]:
+    """The bytes a safetensors file starts with (length prefix and JSON header, tensors in ``layout``
+    order, the data section 8-byte aligned), and each tensor's ``(start, end)`` within the data section.
+
+    Raises:
+        CheckpointError: a name is declared twice (``where`` names the file).
+
+    Example:
+        >>> raw, spans = header_bytes([("a", "F32", (2,)), ("b", "U8", (3,))])
+        >>> len(raw) % 8, spans
+        (0, {'a': (0, 8), 'b': (8, 11)})
+    """
+    header: dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    spans: dict[str, tuple[int, int]] = {}
+    offset = 0
+    for name, dtype, shape in layout:
+        if name in spans:
+            raise CheckpointError(f"tensor {name!r} declared twice for {where}", tensor=name)
+        nbytes = tensor_nbytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        spans[name] = (offset, offset + nbytes)
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    return struct.pack("<Q", len(raw)) + raw, spans
+
+
 class StreamingWriter:
     """Write a safetensors file whose tensor names, dtypes and shapes are known up front.
 
@@ -263,22 +295,12 @@ class StreamingWriter:
         metadata: dict[str, str] | None = None,
     ) -> None:
         self.path = Path(path)
-        self._order: list[str] = []
-        self._expected: dict[str, tuple[str, tuple[int, ...]]] = {}
-        header: dict[str, Any] = {}
-        if metadata:
-            header["__metadata__"] = metadata
-        offset = 0
-        for name, dtype, shape in layout:
-            if name in self._expected:
-                raise CheckpointError(f"tensor {name!r} declared twice for {self.path}", tensor=name)
-            nbytes = tensor_nbytes(dtype, shape)
-            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-            self._order.append(name)
-            self._expected[name] = (dtype, tuple(shape))
-            offset += nbytes
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+        layout = list(layout)
+        self._order: list[str] = [name for name, _, _ in layout]
+        self._expected = {name: (dtype, tuple(shape)) for name, dtype, shape in layout}
+        raw, spans = header_bytes(layout, metadata, where=str(self.path))
+        raw = raw[8:]
+        offset = max((end for _, end in spans.values()), default=0)
         self.sha256: dict[str, str] = {}
         self.nbytes = 8 + len(raw) + offset
         with writing(self.path):

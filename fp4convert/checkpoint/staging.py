@@ -210,7 +210,9 @@ class Journal:
     can tell whether it continues the same job; removed just before the folder is published. Each
     finished shard records its tensors' sha256 and what it noted about its inputs (non-finite
     counts); the journal also keeps the sha256 of every source file read to its end, so a resumed
-    run can check that the bytes it keeps came from the source as it is now.
+    run can check that the bytes it keeps came from the source as it is now, and the ``stat``
+    fingerprint (size, mtime, ctime, inode) of every source file as the run found it when it began
+    (for the files an interrupted run never hashed whole: a file written since shows another ctime).
 
     Args:
         staging: the ``DST.partial/`` folder.
@@ -223,7 +225,7 @@ class Journal:
 
     def __init__(self, staging: Path, fingerprint: str, *, resume: bool) -> None:
         self.path = staging / JOURNAL
-        self.data: dict[str, Any] = {"fingerprint": fingerprint, "files": {}, "sources": {}}
+        self.data: dict[str, Any] = {"fingerprint": fingerprint, "files": {}, "sources": {}, "stats": {}}
         if resume and self.path.is_file():
             try:
                 previous = json.loads(self.path.read_text())
@@ -245,6 +247,8 @@ class Journal:
                     hint="pass overwrite=True (--overwrite) to start over",
                 )
             previous.setdefault("sources", {})
+            if not isinstance(previous.get("stats"), dict):
+                previous["stats"] = None  # not known: stats taken now would prove nothing about that run
             self.data = previous
         write_json_atomic(self.path, self.data)
 
@@ -262,6 +266,20 @@ class Journal:
     def sources(self) -> dict[str, str]:
         """sha256 of the source files the interrupted run read to their end."""
         return {k: v for k, v in self.data["sources"].items() if isinstance(k, str) and isinstance(v, str)}
+
+    @property
+    def stats(self) -> dict[str, list[int]]:
+        """``stat`` fingerprints of the source files when the (first, interrupted) run began."""
+        recorded = self.data.get("stats") or {}
+        return {k: v for k, v in recorded.items() if isinstance(k, str) and isinstance(v, list)}
+
+    def note_stats(self, stats: dict[str, list[int]]) -> None:
+        """Record the source files' ``stat`` fingerprints, unless a run already did (the first run's stay)."""
+        if self.data.get("stats") is None:
+            return
+        for file, fingerprint in stats.items():
+            self.data["stats"].setdefault(file, fingerprint)
+        write_json_atomic(self.path, self.data)
 
     def record(
         self,

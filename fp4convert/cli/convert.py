@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from fp4convert.cli import options
+from fp4convert.cli.ranks import is_root, joined, rank_timeout
 from fp4convert.cli.render import echo_json, echo_notes, progress_bar
 
 
@@ -35,6 +36,7 @@ from fp4convert.cli.render import echo_json, echo_notes, progress_bar
     help="Convert source tensors holding NaN/inf values (recorded in the manifest and the model card) "
     "instead of refusing them.",
 )
+@rank_timeout
 @options.quiet
 @options.json_output
 def convert(
@@ -50,6 +52,7 @@ def convert(
     overwrite: bool,
     resume: bool,
     allow_nonfinite: bool,
+    rank_timeout: float,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -57,10 +60,13 @@ def convert(
 
     Plans every tensor, refuses before writing anything if the contract cannot hold, converts shard
     by shard, writes config, index and manifest, then verifies the output.
+
+    Under torchrun (torchrun --nproc-per-node P -m fp4convert convert ...) the ranks share the work
+    and the output is the same, byte for byte (docs/distributed.md).
     """
     from fp4convert.convert.execute import convert_checkpoint
 
-    with progress_bar(not quiet) as hook:
+    with joined(device), progress_bar(not quiet and is_root()) as hook:
         report = convert_checkpoint(
             source,
             destination,
@@ -75,7 +81,10 @@ def convert(
             revision=revision,
             allow_nonfinite=allow_nonfinite,
             progress=hook,
+            rank_timeout=rank_timeout,
         )
+    if not is_root():
+        return
     if as_json:
         echo_json(report)
         return

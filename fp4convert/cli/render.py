@@ -121,7 +121,7 @@ def progress_bar(enabled: bool, label: str = "converting") -> Iterator[Any]:
                 bar.update(task, description=f"{label} {payload['file']}")
                 if payload.get("resumed"):
                     bar.advance(task, payload["bytes"])
-            elif event == "tensor":
+            elif event in ("tensor", "bytes"):  # "bytes": done by another rank
                 bar.advance(task, payload["bytes"])
 
         yield hook

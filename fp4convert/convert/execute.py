@@ -8,26 +8,21 @@ run never leaves a ``DST`` that looks complete. The source is only ever read.
 
 Hostile or broken input is refused with one error before anything is written wherever it can be
 told from the headers (:mod:`fp4convert.checkpoint.consistency`); what only the data shows is
-checked on the way:
-
-* NaN / infinite source values are counted per tensor while reading; a conversion that met any is
-  refused at the end of the shards, naming the tensors and counts, unless ``allow_nonfinite``
-  (``--allow-nonfinite``), which keeps the quantizers' documented NaN/inf policy and records the
-  counts in the manifest. The refused run's shards stay in ``DST.partial/``, so ``--resume
-  --allow-nonfinite`` finishes it without converting again.
-* ``resume`` keeps a finished shard only if the source files its tensors (and their fused
-  siblings) come from still have the sha256 the interrupted run read; a source whose bytes changed
-  is refused, as one whose headers changed always was.
-* A full disk, a read-only destination or a lost permission is one error naming the file; the
-  shards finished so far stay in ``DST.partial/`` for ``--resume``.
+checked on the way (:mod:`fp4convert.convert.integrity`): NaN / infinite source values are refused
+at the end of the shards unless ``allow_nonfinite`` (the refused run's shards stay in
+``DST.partial/``, so ``--resume --allow-nonfinite`` finishes it without converting again), and
+``resume`` keeps a finished shard only if the source bytes it was made from are unchanged. A full
+disk, a read-only destination or a lost permission is one error naming the file; the shards
+finished so far stay in ``DST.partial/`` for ``--resume``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,26 +31,35 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.hashing import file_sha256
-from fp4convert.checkpoint.reader import SourceReader
-from fp4convert.checkpoint.source import open_checkpoint
+from fp4convert.checkpoint.source import SourceCheckpoint, open_checkpoint
 from fp4convert.checkpoint.staging import JOURNAL, Journal, check_resumable, prepare_staging, publish, release
 from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.convert.distributed import (
+    check_finished,
+    check_shared_staging,
+    hash_owners,
+    merge_results,
+    shard_bytes,
+    share_shards,
+)
+from fp4convert.convert.group_amax import agree_group_amaxes, groups_to_agree
+from fp4convert.convert.integrity import (
+    check_source_unchanged,
+    refuse_nonfinite,
+    shard_inputs,
+    source_stats,
+    unchanged_inputs,
+)
 from fp4convert.convert.manifest import build_manifest
 from fp4convert.convert.output import finish_output, output_names
-from fp4convert.convert.shards import ProgressHook, tensor_hashes, write_shard
+from fp4convert.convert.parallel import ShardJob, ShardResults, default_readers, write_shards
+from fp4convert.convert.shards import ProgressHook, tensor_hashes
 from fp4convert.dialects import get_dialect
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.devices import check_device
 from fp4convert.hub import resolve_source
-from fp4convert.plan import (
-    ConversionPlan,
-    PlannedTensor,
-    SharedAmax,
-    load_calibration,
-    members_of,
-    plan_conversion,
-    validate_conversion,
-)
+from fp4convert.plan import ConversionPlan, load_calibration, plan_conversion, validate_conversion
+from fp4convert.ranks import Team, current_team
 from fp4convert.verify.checkpoint import verify_checkpoint
 
 __all__ = ["ConversionReport", "ProgressHook", "convert_checkpoint"]
@@ -80,6 +84,10 @@ class ConversionReport:
         resumed_files: shards kept from an interrupted run.
         nonfinite: source tensors holding NaN / infinite values, with their counts (converted only
             under ``allow_nonfinite``).
+        ranks: per rank (one for a process alone), what it wrote and how long it took: ``rank``,
+            ``device``, ``workers`` (its threads), ``files`` (output shards it wrote),
+            ``source_bytes`` (the source bytes they are made from), ``hashed_files`` (source files
+            it hashed) and ``seconds`` (its shard phase: read, quantize, hash, write, read back).
     """
 
     destination: str
@@ -95,6 +103,7 @@ class ConversionReport:
     files: list[str] = field(default_factory=list)
     resumed_files: list[str] = field(default_factory=list)
     nonfinite: dict[str, dict[str, int]] = field(default_factory=dict)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @contextmanager
@@ -122,115 +131,112 @@ def _fingerprint(plan: ConversionPlan, options: Mapping[str, Any]) -> str:
     return h.hexdigest()
 
 
-def _inputs(plan: ConversionPlan, items: list[PlannedTensor]) -> set[str]:
-    """The source files an output shard's bytes depend on: its tensors' and their fused siblings'
-    (every stored part they are decoded from: an FP8 weight's scales may sit in another shard)."""
-    view = plan.source.view()
-    names = {name for item in items for name in members_of(plan.groups, item)}
-    return {part.file for name in names for part in view.unit_of(name).parts}
-
-
-def _check_source_unchanged(plan: ConversionPlan, journal: Journal) -> None:
-    """A resumed run continues from the same source bytes, or not at all."""
-    for shard, recorded in sorted(journal.sources.items()):
-        path = plan.source.root / shard
-        now = file_sha256(path) if shard in plan.source.shards and path.is_file() else None
-        if now != recorded:
-            raise ConversionError(
-                f"the source changed since the interrupted run: {shard} had sha256 {recorded[:16]}..., "
-                f"now {now[:16] + '...' if now else 'it is gone'}; the finished shards were made from the old bytes",
-                hint="pass overwrite=True (--overwrite) to convert the new source from the start",
-                file=shard,
-            )
-
-
-def _reusable(
-    plan: ConversionPlan, journal: Journal, staging: Path, file_name: str, items: list[PlannedTensor]
-) -> dict[str, Any] | None:
-    """The journal entry of a finished shard that may be kept (None: convert it again)."""
-    done = journal.entry(file_name)
-    path = staging / file_name
-    if done is None or not path.is_file() or path.is_symlink():
-        return None
-    if not _inputs(plan, items) <= set(journal.sources):  # an input the interrupted run never hashed
-        return None
-    return done if tensor_hashes(path) == done["tensors"] else None
-
-
-@dataclass
-class _Shards:
-    """What writing (or keeping) the shards gave."""
-
-    sha: dict[str, str]  # each output tensor's sha256 as written
-    read_back: dict[str, str]  # each output tensor's sha256 read back from disk
-    source_hashes: dict[str, str]  # each source shard's sha256
-    resumed: list[str]
-    nonfinite: dict[str, dict[str, int]]  # source tensor -> {"nan": n, "inf": m}
+def _default_workers(team: Team) -> int:
+    """CPU threads per rank: torch's setting for a process alone; the machine's cores shared out
+    among the ranks on a node otherwise (torchrun sets OMP_NUM_THREADS=1 for each)."""
+    if team.world == 1:
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, team.local_world))
 
 
 def _convert_shards(
     plan: ConversionPlan,
     staging: Path,
-    journal: Journal,
+    journal: Journal | None,
+    team: Team,
     *,
     device: str,
+    workers: int,
     calibration: Mapping[str, float] | None,
     hook: ProgressHook,
-) -> _Shards:
-    """Write (or keep, when resuming) every output shard."""
-    reader = SourceReader(plan.source)
-    amaxes = SharedAmax(plan, reader.read)
-    out = _Shards({}, {}, {}, [], {})
-    # Each finished shard is read back from disk and hashed while the next one converts; the
-    # verify phase compares these with the hashes taken while writing (no second read at the end).
-    read_back_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-readback")
-    read_back: list[Future[dict[str, str]]] = []
-    try:
-        for file_name, items in plan.by_output_file().items():
-            done = _reusable(plan, journal, staging, file_name, items)
-            if done is not None:
-                out.sha.update(done["tensors"])
-                nonfinite = done.get("nonfinite")
-                out.nonfinite.update(nonfinite if isinstance(nonfinite, dict) else {})
-                out.resumed.append(file_name)
-                source_bytes = sum(i.bytes_before for i in items)
-                hook("shard", {"file": file_name, "resumed": True, "bytes": source_bytes})
-                continue
-            hook("shard", {"file": file_name, "resumed": False})
-            tensor_sha = write_shard(
-                staging / file_name, items, plan, reader, amaxes, device=device, calibration=calibration, hook=hook
-            )
-            read_back.append(read_back_pool.submit(tensor_hashes, staging / file_name, sync=True))
-            out.sha.update(tensor_sha)
-            counts = {i.info.name: reader.nonfinite[i.info.name] for i in items if i.info.name in reader.nonfinite}
-            out.nonfinite.update(counts)
-            sources = reader.finished_hashes(also=_inputs(plan, items))
-            journal.record(file_name, tensor_sha, nonfinite=counts, sources=sources)
-        out.source_hashes = reader.shard_hashes()
-        journal.note_sources(out.source_hashes)  # a run refused now (NaN) can be resumed shard for shard
-        out.read_back = {name: digest for future in read_back for name, digest in future.result().items()}
-    finally:
-        reader.close()
-        read_back_pool.shutdown(wait=True)
-    return out
+) -> tuple[ShardResults, list[str], list[dict[str, Any]]]:
+    """Write this rank's share of the output shards (keeping, when resuming, every finished shard
+    whose tensors still hash as the journal says); rank 0 gets every rank's results.
 
+    Returns:
+        (the results of every rank on rank 0, this rank's own elsewhere; the shards kept; on rank
+        0, every rank's :attr:`ConversionReport.ranks` figures, this rank's own elsewhere).
+    """
+    journaled = team.broadcast(
+        "journal",
+        {"files": journal.data["files"], "sources": journal.sources, "stats": journal.stats}
+        if journal is not None
+        else None,
+    )
+    finished, hashed, recorded_stats = journaled["files"], journaled["sources"], journaled["stats"]
+    stats_now = source_stats(plan.source.root, plan.source.shards) if finished else {}
+    by_file = plan.by_output_file()
+    sizes = shard_bytes(plan)
 
-def _refuse_nonfinite(nonfinite: Mapping[str, Mapping[str, int]], staging: Path) -> None:
-    total = {kind: sum(c.get(kind, 0) for c in nonfinite.values()) for kind in ("nan", "inf")}
-    listing = "\n  - ".join(
-        f"{name}: {', '.join(f'{n} {kind}' for kind, n in counts.items())}"
-        for name, counts in sorted(nonfinite.items())[:8]
+    def keep(file: str) -> dict[str, str] | None:
+        done = finished[file].get("tensors") if isinstance(finished.get(file), dict) else None
+        path = staging / file
+        if not done or not path.is_file() or path.is_symlink():
+            return None
+        if not unchanged_inputs(shard_inputs(plan, by_file[file]), hashed, recorded_stats, stats_now):
+            return None
+        return done if tensor_hashes(path) == done else None
+
+    kept = check_finished({f: sizes[f] for f in by_file if f in finished}, keep, team)
+    writing = [f for f in by_file if f not in kept]
+    owner = share_shards(plan, writing, team.world)
+    group_amax = agree_group_amaxes(plan, groups_to_agree(plan, owner, writing), team)
+    if team.is_root:
+        for file in kept:
+            hook("shard", {"file": file, "resumed": True, "bytes": sizes[file]})
+    lock = threading.Lock()
+
+    def record(rank: int, message: Mapping[str, Any]) -> None:  # rank 0: every finished shard, journaled
+        if journal is not None:
+            with lock:
+                journal.record(
+                    message["file"], message["tensors"], nonfinite=message["nonfinite"], sources=message["sources"]
+                )
+
+    job = ShardJob(
+        plan,
+        staging,
+        files=[f for f in writing if owner[f] == team.rank],
+        hash_files=[f for f, r in hash_owners(plan, owner, team.world).items() if r == team.rank],
+        group_amax=group_amax,
+        device=device,
+        calibration=calibration,
+        workers=workers,
+        readers=default_readers(workers),
     )
-    more = f"\n  - ... and {len(nonfinite) - 8} more tensors" if len(nonfinite) > 8 else ""
-    raise ConversionError(
-        f"{len(nonfinite)} source tensor{'s' if len(nonfinite) > 1 else ''} hold{'' if len(nonfinite) > 1 else 's'} "
-        f"non-finite values ({total['nan']} NaN, {total['inf']} inf):"
-        f"\n  - {listing}{more}",
-        hint="fix the source weights; or, to convert them as they are (under the quantizers' documented NaN/inf "
-        "policy, recorded in the manifest), pass allow_nonfinite=True (--allow-nonfinite) with resume=True "
-        f"(--resume): the converted shards stay in {staging}",
-        tensors=dict(nonfinite),
-    )
+
+    def local_hook(event: str, payload: Mapping[str, Any]) -> None:
+        if event == "tensor":
+            team.progress(payload["bytes"])
+        hook(event, payload)
+
+    started = time.perf_counter()
+    with team.working(hook, on_message=record):
+        mine = write_shards(
+            job,
+            hook=local_hook,
+            on_finished=lambda file, record: team.send({"file": file, **record}),
+            check=team.check,
+        )
+        seconds = time.perf_counter() - started  # its own work, not the wait for the others at the end
+    figures = {
+        "rank": team.rank,
+        "device": device,
+        "workers": workers,
+        "files": len(job.files),
+        "source_bytes": sum(sizes[f] for f in job.files),
+        "hashed_files": len(job.hash_files),
+        "seconds": seconds,
+    }
+    records = team.gather("results", {**mine.__dict__, "figures": figures})
+    results = merge_results(records) if records is not None else mine
+    for file, tensors in kept.items():
+        results.sha.update(finished[file]["tensors"])
+        results.read_back.update(tensors)
+        nonfinite = finished[file].get("nonfinite")
+        results.nonfinite.update(nonfinite if isinstance(nonfinite, dict) else {})
+    return results, list(kept), [r["figures"] for r in records] if records is not None else [figures]
 
 
 def convert_checkpoint(
@@ -248,28 +254,39 @@ def convert_checkpoint(
     revision: str | None = None,
     allow_nonfinite: bool = False,
     progress: ProgressHook | None = None,
+    rank_timeout: float = 60.0,
 ) -> ConversionReport:
     """Convert an HF checkpoint under a precision contract into one on-disk dialect.
+
+    Under an initialized ``torch.distributed`` process group of several ranks (``torchrun``), every
+    rank calls this with the same arguments and the work is split across them (docs/distributed.md):
+    each rank writes a byte-balanced share of the output shards, rank 0 writes the other files and
+    publishes once every rank succeeded, and the output is byte for byte the single-process one.
 
     Args:
         source: local HF checkpoint folder, or a Hub repo id (see :func:`fp4convert.hub.resolve_source`).
         destination: output folder; refused if it exists, unless ``overwrite``.
         contract: a :class:`~fp4convert.contract.Contract` or the path of a contract file.
         dialect: ``modelopt``, ``sglang-mxfp8`` or ``compressed-tensors``.
-        device: ``cpu`` or ``cuda[:n]``: where tensors are quantized (bytes are identical).
-        workers: CPU threads for the quantizer (default: torch's current setting); torch's setting
-            is restored when the call returns.
+        device: ``cpu`` or ``cuda[:n]``: where tensors are quantized (bytes are identical); with
+            several ranks, ``cuda`` is each rank's ``LOCAL_RANK`` GPU.
+        workers: CPU threads quantizing, hashing and writing (default: torch's current setting; with
+            several ranks, the node's cores shared among its ranks); torch's setting is restored
+            when the call returns.
         max_shard_size: bytes per output shard (a tensor larger than that gets a shard of its
             own); default mirrors the source's shards.
         overwrite: replace an existing destination (and any interrupted run).
-        resume: continue an interrupted run, keeping shards whose sha256 verify and whose source
-            files are unchanged.
+        resume: continue an interrupted run (with any number of ranks), keeping shards whose sha256
+            verify and whose source files are unchanged.
         calibration: JSON ``{module: activation amax}``, required when NVFP4 activations are
             quantized per tensor (contracts without ``per_token_activations``).
         revision: Hub revision of ``source``.
         allow_nonfinite: convert source tensors holding NaN / inf values (recorded in the manifest)
             instead of refusing them.
-        progress: called with progress events (the CLI draws bars from them).
+        progress: called with progress events (the CLI draws bars from them); with several ranks,
+            rank 0's also gets ``("bytes", {"bytes": n, "rank": r})`` for the other ranks' work.
+        rank_timeout: with several ranks, seconds without a heartbeat after which a rank is
+            reported lost (killed, or its node gone) and the others stop.
 
     Returns:
         A :class:`ConversionReport`.
@@ -279,6 +296,8 @@ def convert_checkpoint(
             (or locked by another run), the source holds NaN/inf values, or changed under a resume.
         ContractError, MappingError, CheckpointError: bad contract, unknown tensor names, bad files,
             a source that disagrees with its config.json, a full or read-only disk.
+        DistributedError: another rank failed (named, with its error) or stopped responding, or
+            the ranks were given different arguments.
 
     Example (not run: it downloads and converts a 30B-parameter checkpoint):
         >>> convert_checkpoint("Qwen/Qwen3-30B-A3B", "out", contract="nvfp4-experts-per-token")  # doctest: +SKIP
@@ -290,22 +309,32 @@ def convert_checkpoint(
             hint="give a size such as 5GB, or leave it out to mirror the source's shards",
             field="max_shard_size",
         )
-    with _threads(workers):
-        return _convert(
-            resolve_source(source, revision=revision),
-            Path(destination),
-            location=str(source),
-            contract=contract,
-            dialect=dialect,
-            device=device,
-            max_shard_size=max_shard_size,
-            overwrite=overwrite,
-            resume=resume,
-            calibration=calibration,
-            revision=revision,
-            allow_nonfinite=allow_nonfinite,
-            hook=progress or (lambda event, payload: None),
-        )
+    team = current_team(rank_timeout=rank_timeout)
+    try:
+        threads = workers if workers is not None or team.world == 1 else _default_workers(team)
+        with _threads(threads):
+            return _convert(
+                resolve_source(source, revision=revision),
+                Path(destination),
+                location=str(source),
+                contract=contract,
+                dialect=dialect,
+                device=device,
+                workers=torch.get_num_threads(),
+                max_shard_size=max_shard_size,
+                overwrite=overwrite,
+                resume=resume,
+                calibration=calibration,
+                revision=revision,
+                allow_nonfinite=allow_nonfinite,
+                hook=progress or (lambda event, payload: None),
+                team=team,
+            )
+    except BaseException as exc:
+        team.fail(exc)
+        raise
+    finally:
+        team.close()
 
 
 def _convert(
@@ -316,6 +345,7 @@ def _convert(
     contract: Contract | str | Path,
     dialect: str,
     device: str,
+    workers: int,
     max_shard_size: int | None,
     overwrite: bool,
     resume: bool,
@@ -323,6 +353,7 @@ def _convert(
     revision: str | None,
     allow_nonfinite: bool,
     hook: ProgressHook,
+    team: Team,
 ) -> ConversionReport:
     started = time.perf_counter()
     ckpt = open_checkpoint(source_path)
@@ -331,45 +362,51 @@ def _convert(
     plan = plan_conversion(ckpt, the_contract, the_dialect, max_shard_size=max_shard_size)
     calib = load_calibration(calibration) if calibration is not None else None
     validate_conversion(plan, calib)
-    staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
+    options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
+    fingerprint = _fingerprint(plan, options)
+    team.agree(
+        "arguments",
+        {
+            "source": location,
+            "destination": str(destination.resolve()),
+            "job (contract, dialect, options, source headers)": fingerprint,
+            "device": device,
+            "overwrite": overwrite,
+            "resume": resume,
+            "allow_nonfinite": allow_nonfinite,
+        },
+    )
+    journal = None
+    staging: Path | None = None
     try:
-        if resume:
-            check_resumable(staging, output_names(plan))
-        options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
-        journal = Journal(staging, _fingerprint(plan, options), resume=resume)  # identifiable from the first byte on
-        _check_source_unchanged(plan, journal)
-        by_file = plan.by_output_file()
-        hook("plan", {"files": len(by_file), "tensors": len(plan.items), "bytes": plan.source_bytes})
-        shards = _convert_shards(plan, staging, journal, device=device, calibration=calib, hook=hook)
-        if shards.nonfinite and not allow_nonfinite:
-            _refuse_nonfinite(shards.nonfinite, staging)
-        for name in ("config.json", *ckpt.other_files):
-            shards.source_hashes[name] = file_sha256(ckpt.root / name)
-        # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
-        hub_commit = None if Path(location).is_dir() else source_path.name
-        manifest = build_manifest(
-            plan,
-            shards.sha,
-            shards.source_hashes,
-            location=location,
-            revision=revision,
-            hub_commit=hub_commit,
-            device=device,
-            calibration_path=None if calibration is None else str(calibration),
-            nonfinite=shards.nonfinite,
+        if team.is_root:
+            staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
+            if resume:
+                check_resumable(staging, output_names(plan))
+            journal = Journal(staging, fingerprint, resume=resume)  # identifiable from the first byte on
+            check_source_unchanged(plan, journal.sources)
+            journal.note_stats(source_stats(plan.source.root, plan.source.shards))
+        staging = Path(team.broadcast("staging", str(staging) if team.is_root else None))
+        check_shared_staging(staging, team)
+        if team.is_root:
+            hook("plan", {"files": len(plan.by_output_file()), "tensors": len(plan.items), "bytes": plan.source_bytes})
+        shards, resumed, ranks = _convert_shards(
+            plan, staging, journal, team, device=team.device(device), workers=workers, calibration=calib, hook=hook
         )
-        total = finish_output(staging, plan, manifest)
-        report = verify_checkpoint(staging, read_back=shards.read_back, ignore_files=(JOURNAL,))
-        if not report.ok:
-            raise ConversionError(
-                f"the written output failed verification: {report.summary()}",
-                hint=f"the unfinished output stays in {staging}; check the disk and run again with overwrite=True "
-                "(--overwrite)",
+        outcome: dict[str, Any] = {}
+        if team.is_root:
+            assert journal is not None
+            journal.note_sources(shards.source_hashes)  # a run refused now (NaN) can be resumed shard for shard
+            if shards.nonfinite and not allow_nonfinite:
+                refuse_nonfinite(shards.nonfinite, staging)
+            # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
+            hub_commit = None if Path(location).is_dir() else source_path.name
+            outcome = _publish(
+                plan, ckpt, staging, destination, journal, shards, location, hub_commit, revision, device, calibration
             )
-        journal.remove()
-        publish(staging, destination)
+            outcome["ranks"] = ranks
     except CheckpointError as exc:
-        if exc.fields.get("errno") is None:
+        if exc.fields.get("errno") is None or staging is None:
             raise
         raise CheckpointError(  # a full disk, a read-only folder ...: what to do once it is fixed
             exc.message,
@@ -377,7 +414,9 @@ def _convert(
             **exc.fields,
         ) from exc
     finally:
-        release(staging)
+        if team.is_root and staging is not None:
+            release(staging)
+    outcome = team.broadcast("published", outcome)
     hook("done", {})
     return ConversionReport(
         destination=str(destination),
@@ -386,11 +425,52 @@ def _convert(
         contract_sha256=contract_hash(the_contract),
         device=device,
         tensors=len(plan.items),
-        formats=manifest["formats"],
+        formats=outcome["formats"],
         source_bytes=plan.source_bytes,
-        output_bytes=total,
+        output_bytes=outcome["output_bytes"],
         seconds=time.perf_counter() - started,
-        files=sorted(by_file),
-        resumed_files=shards.resumed,
+        files=sorted(plan.by_output_file()),
+        resumed_files=resumed,
+        nonfinite=outcome["nonfinite"],
+        ranks=outcome["ranks"],
+    )
+
+
+def _publish(
+    plan: ConversionPlan,
+    ckpt: SourceCheckpoint,
+    staging: Path,
+    destination: Path,
+    journal: Journal,
+    shards: ShardResults,
+    location: str,
+    hub_commit: str | None,
+    revision: str | None,
+    device: str,
+    calibration: str | Path | None,
+) -> dict[str, Any]:
+    """Rank 0, once every shard is written: config, index, side files and manifest, verify, publish."""
+    for name in ("config.json", *ckpt.other_files):
+        shards.source_hashes[name] = file_sha256(ckpt.root / name)
+    manifest = build_manifest(
+        plan,
+        shards.sha,
+        shards.source_hashes,
+        location=location,
+        revision=revision,
+        hub_commit=hub_commit,
+        device=device,
+        calibration_path=None if calibration is None else str(calibration),
         nonfinite=shards.nonfinite,
     )
+    total = finish_output(staging, plan, manifest)
+    report = verify_checkpoint(staging, read_back=shards.read_back, ignore_files=(JOURNAL,))
+    if not report.ok:
+        raise ConversionError(
+            f"the written output failed verification: {report.summary()}",
+            hint=f"the unfinished output stays in {staging}; check the disk and run again with overwrite=True "
+            "(--overwrite)",
+        )
+    journal.remove()
+    publish(staging, destination)
+    return {"formats": manifest["formats"], "output_bytes": total, "nonfinite": shards.nonfinite}

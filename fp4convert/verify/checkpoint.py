@@ -16,13 +16,14 @@ is decoded and compared with the dequantized source bit for bit (:mod:`fp4conver
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.file_hashes import SourceHashes
 from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.checkpoint.manifest import MANIFEST, read_manifest
 from fp4convert.checkpoint.reader import SourceReader
@@ -203,7 +204,7 @@ def _check_files(
             continue
         same = file_sha256(path) == digest
         report.checks.append(
-            TensorCheck(name, same, "sha256", "" if same else "differs from the source file the manifest recorded")
+            TensorCheck(name, same, "file", "" if same else "differs from the source file the manifest recorded")
         )
 
 
@@ -220,6 +221,7 @@ def verify_checkpoint(
     device: str = "cpu",
     read_back: Mapping[str, str] | None = None,
     ignore_files: Iterable[str] = (),
+    files: Collection[str] | None = None,
 ) -> VerifyReport:
     """Verify a converted checkpoint; see the module docstring for what is checked.
 
@@ -232,6 +234,9 @@ def verify_checkpoint(
             finished shard from disk while it converts the next one); they are not read again.
         ignore_files: names in the folder that are not checked (the converter's resume journal,
             removed after this check).
+        files: check the bytes (sha256, and the source comparison) of the tensors stored in these
+            shards only (one rank's share, :func:`fp4convert.verify.distributed.verify_distributed`);
+            every other check is made in full.
 
     Returns:
         A :class:`VerifyReport` (``report.ok`` is the verdict).
@@ -252,6 +257,7 @@ def verify_checkpoint(
     for name, info in manifest["tensors"].items():
         _check_structure(name, info, dialect, report)
         expected.update(info["outputs"])
+    share = None if files is None else set(files)  # this rank's shards
     files = {o["file"] for o in expected.values()}
     _check_index(directory, {k: v["file"] for k, v in expected.items()}, report)
     _check_files(directory, manifest, dialect, files, set(ignore_files), report)
@@ -277,7 +283,8 @@ def verify_checkpoint(
                     )
                 )
                 continue
-            to_hash.setdefault(file, []).append(name)
+            if share is None or file in share:
+                to_hash.setdefault(file, []).append(name)
         known = dict(read_back or {})
         missing = {f: [n for n in names if n not in known] for f, names in to_hash.items()}
         known.update(_hash_tensors(directory, {f: names for f, names in missing.items() if names}))
@@ -286,7 +293,7 @@ def verify_checkpoint(
             report.checks.append(TensorCheck(name, ok, "sha256", "" if ok else "bytes differ from the manifest"))
         _check_shared_scales(directory, manifest, dialect, found, cache, report)
         if source is not None:
-            _compare_with_source(directory, manifest, source, device, found, cache, report)
+            _compare_with_source(directory, manifest, source, device, found, cache, report, share)
     finally:
         for f in cache.values():
             f.close()
@@ -382,6 +389,7 @@ def _compare_with_source(
     found: Mapping[str, Any],
     cache: dict[str, SafetensorsFile],
     report: VerifyReport,
+    share: Collection[str] | None,
 ) -> None:
     contract = parse_contract(json.dumps(manifest["contract"]), source=f"{directory}/fp4convert.json", json_text=True)
     dialect = get_dialect(manifest["dialect"], per_token_activations=contract.formats.nvfp4.per_token_activations)
@@ -389,11 +397,13 @@ def _compare_with_source(
     plan = plan_conversion(ckpt, contract, dialect)
     calib_path = manifest["source"].get("calibration")
     calibration = load_calibration(calib_path) if calib_path and Path(calib_path).is_file() else None
-    reader = SourceReader(ckpt)
+    reader = SourceReader(ckpt, hashes=SourceHashes(ckpt, files=()))  # nothing here needs the source hashes
     amaxes = SharedAmax(plan, reader.read)
     report.compared_with_source = True
     try:
         for item in plan.items:
+            if share is not None and not any(found.get(n, ("",))[0] in share for n, _, _ in item.outputs):
+                continue  # another rank's share
             early = amaxes.take(item.info.name)
             x = early if early is not None else reader.read(item.info.name)
             tensors = quantize_tensor(

@@ -106,39 +106,25 @@ def test_a_full_disk_under_dequantize_and_to_megatron(small_disk, source):
     release(small_disk / "meg.partial")  # to-megatron keeps its failed folder (and, in this process, its lock)
 
 
-class _FillingFile:
-    """A file that takes ``budget`` more bytes, then raises ENOSPC like a full disk."""
+def _filling_pwrite(budget: list[int]):
+    """``os.pwrite`` for a disk that takes ``budget`` more bytes of output shards, then raises ENOSPC."""
+    real_pwrite = os.pwrite
 
-    def __init__(self, inner, budget: list[int]) -> None:
-        self._inner, self._budget = inner, budget
+    def pwrite(fd: int, data, offset: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".safetensors.tmp"):
+            size = memoryview(data).nbytes
+            if size > budget[0]:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            budget[0] -= size
+        return real_pwrite(fd, data, offset)
 
-    def write(self, data) -> int:
-        size = memoryview(data).nbytes
-        if size > self._budget[0]:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        self._budget[0] -= size
-        return self._inner.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._inner.close()
+    return pwrite
 
 
 def test_a_simulated_full_disk(source, tmp_path, monkeypatch):
     src, ref = source
     budget = [80_000]  # bytes of shards the "disk" still takes
-    real_open = pathlib.Path.open
-
-    def open_(self, mode="r", *args, **kwargs):
-        handle = real_open(self, mode, *args, **kwargs)
-        return _FillingFile(handle, budget) if "x" in mode and self.name.endswith(".safetensors.tmp") else handle
-
-    monkeypatch.setattr(pathlib.Path, "open", open_)
+    monkeypatch.setattr(os, "pwrite", _filling_pwrite(budget))  # the shard writer's only write call
     dst = tmp_path / "out"
     outcome = run_cli(_convert(src, dst))
     assert_error(

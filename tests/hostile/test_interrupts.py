@@ -18,7 +18,12 @@ import pytest
 from _helpers import NVFP4_EXPERTS, tree_hashes
 from hostile.corpus import MANIFEST, assert_error, assert_same_output, run_cli
 
+from fp4convert.checkpoint.source import open_checkpoint
+from fp4convert.contract import load_contract
 from fp4convert.convert.execute import convert_checkpoint
+from fp4convert.convert.integrity import shard_inputs, source_stats, unchanged_inputs
+from fp4convert.dialects import get_dialect
+from fp4convert.plan import plan_conversion
 
 DRIVER = Path(__file__).with_name("interrupt_driver.py")
 JOURNAL = ".fp4convert-journal.json"
@@ -128,11 +133,47 @@ def test_shards_finished_before_an_interruption_are_kept(interrupted, tmp_path):
     root, src, ref, _, _ = interrupted
     copy = tmp_path / "dst"
     shutil.copytree(root / "kept.partial", tmp_path / "dst.partial")
+    finished = sorted(json.loads((root / "kept.partial" / JOURNAL).read_text())["files"])
     report = convert_checkpoint(src, copy, contract=NVFP4_EXPERTS, resume=True)
-    # Two shards were finished, but the second one's gate_proj share their outer scale with up_proj in
-    # source shard 3, which the interrupted run never read to its end: only the first is kept.
-    assert report.resumed_files == ["model-00001-of-00008.safetensors"]
+    # Every finished shard is kept: the source files it was made from were hashed whole by the
+    # interrupted run, or keep the stat fingerprint that run recorded when it began.
+    assert finished and sorted(report.resumed_files) == finished
     assert_same_output(copy, ref)
+
+
+def test_a_copied_source_keeps_only_the_shards_made_from_files_hashed_whole(interrupted, tmp_path):
+    """A copy of the source has other inodes and ctimes, so the stat fingerprints the interrupted run
+    recorded no longer vouch for it: only the finished shards whose every input the interrupted run
+    hashed whole (and that still hash the same) are kept; the output is the same bytes."""
+    root, src, ref, _, _ = interrupted
+    journal = json.loads((root / "kept.partial" / JOURNAL).read_text())
+    copied = shutil.copytree(src, tmp_path / "src")
+    plan = plan_conversion(open_checkpoint(copied), load_contract(NVFP4_EXPERTS), get_dialect("modelopt"))
+    by_file = plan.by_output_file()
+    vouched = sorted(f for f in journal["files"] if shard_inputs(plan, by_file[f]) <= set(journal["sources"]))
+    shutil.copytree(root / "kept.partial", tmp_path / "dst.partial")
+    report = convert_checkpoint(copied, tmp_path / "dst", contract=NVFP4_EXPERTS, resume=True)
+    assert sorted(report.resumed_files) == vouched
+    for path in sorted(ref.iterdir()):  # the same bytes (the manifest names the other source folder)
+        got = tmp_path / "dst" / path.name
+        if path.name == MANIFEST:
+            assert json.loads(got.read_text())["tensors"] == json.loads(path.read_text())["tensors"]
+        else:
+            assert got.read_bytes() == path.read_bytes(), path.name
+
+
+def test_stat_fingerprints_vouch_only_for_unchanged_files(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"1234")
+    b.write_bytes(b"5678")
+    before = source_stats(tmp_path, ["a", "b"])
+    assert unchanged_inputs(["a", "b"], {}, before, source_stats(tmp_path, ["a", "b"]))
+    time.sleep(0.05)  # past the filesystem's timestamp granularity
+    b.write_bytes(b"5678")  # the same bytes, written again: the ctime moves
+    now = source_stats(tmp_path, ["a", "b"])
+    assert not unchanged_inputs(["a", "b"], {}, before, now)
+    assert unchanged_inputs(["a", "b"], {"b": "hashed whole"}, before, now)  # a recorded sha256 vouches for it
+    assert not unchanged_inputs(["c"], {}, before, now)  # never recorded at all
 
 
 @pytest.mark.parametrize("name", ["kill-dequantize", "ctrl-c-dequantize", "kill-to-megatron"])

@@ -1,0 +1,146 @@
+"""A safetensors file written tensor by tensor in any order, from several threads at once.
+
+The converter knows every output tensor's name, dtype and shape before it quantizes anything, so
+each tensor's place in the file is fixed up front (:func:`~fp4convert.checkpoint.safetensors_io.header_bytes`,
+the one layout rule :class:`~fp4convert.checkpoint.safetensors_io.StreamingWriter` also follows):
+:class:`PositionalWriter` writes the header first and then each tensor at its offset with
+``pwrite`` as soon as it is ready, hashing it (sha256) on the calling thread. The bytes are those
+:class:`StreamingWriter` writes for the same layout, whatever the order of the writes.
+
+Every ``writeback_every`` bytes written, :meth:`PositionalWriter.writeback_due` says so, and the
+caller runs :meth:`PositionalWriter.writeback` (an ``fdatasync``) on a thread of its own: the disk
+writes the file while the conversion goes on, instead of all at once when the file is closed and
+synced (the kernel would otherwise hold gigabytes of dirty pages until then).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from fp4convert.checkpoint.io_errors import writing
+from fp4convert.checkpoint.safetensors_io import dtype_name, header_bytes
+from fp4convert.errors import CheckpointError
+
+__all__ = ["PositionalWriter"]
+
+
+class PositionalWriter:
+    """Write a safetensors file of a known layout, tensors in any order (thread-safe).
+
+    The file is written under ``path`` as given (callers write to a temporary name and rename
+    once :meth:`close` succeeded); a file or symlink left at that name is replaced, never followed.
+    An OS error (a full disk, a read-only folder) is one CheckpointError naming the file.
+
+    Example:
+        >>> import tempfile
+        >>> from fp4convert.checkpoint.safetensors_io import read_header
+        >>> path = Path(tempfile.mkdtemp()) / "a.safetensors"
+        >>> w = PositionalWriter(path, [("a", "F32", (2,)), ("b", "U8", (1,))])
+        >>> _ = w.write("b", torch.ones(1, dtype=torch.uint8)); _ = w.write("a", torch.ones(2)); w.close()
+        >>> read_header(path)[0]["a"].shape, w.sha256["a"][:12]
+        ((2,), '80b8fd6d60fa')
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        layout: Iterable[tuple[str, str, tuple[int, ...]]],
+        metadata: dict[str, str] | None = None,
+        *,
+        writeback_every: int = 0,
+    ) -> None:
+        self.path = Path(path)
+        self._writeback_every = writeback_every
+        self._unsynced = 0  # bytes written since the last writeback was asked for
+        self._fd_lock = threading.Lock()  # the fd is not closed while a writeback uses it
+        layout = list(layout)
+        raw, spans = header_bytes(layout, metadata, where=str(self.path))
+        self._spans = {name: (len(raw) + start, len(raw) + end) for name, (start, end) in spans.items()}
+        self._expected = {name: (dtype, tuple(shape)) for name, dtype, shape in layout}
+        self.nbytes = len(raw) + max((end for _, end in spans.values()), default=0)
+        self.sha256: dict[str, str] = {}
+        self._lock = threading.Lock()
+        with writing(self.path):
+            self.path.unlink(missing_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            self._pwrite(memoryview(raw), 0)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _pwrite(self, data: memoryview, offset: int) -> None:
+        with writing(self.path):
+            while data:
+                n = os.pwrite(self._fd, data, offset)
+                data, offset = data[n:], offset + n
+
+    def write(self, name: str, tensor: torch.Tensor) -> str:
+        """Write tensor ``name`` (declared, with its dtype and shape) at its place; returns its sha256."""
+        if name not in self._expected:
+            raise CheckpointError(f"{self.path}: wrote {name!r}, which the layout does not declare", tensor=name)
+        dtype, shape = self._expected[name]
+        if dtype_name(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
+            raise CheckpointError(
+                f"{self.path}: tensor {name!r} is {dtype_name(tensor.dtype)} {tuple(tensor.shape)}, "
+                f"declared {dtype} {shape}",
+                tensor=name,
+            )
+        with self._lock:
+            if name in self.sha256:
+                raise CheckpointError(f"{self.path}: tensor {name!r} written twice", tensor=name)
+            self.sha256[name] = ""  # claimed: a second write of it is refused
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+        digest = hashlib.sha256(data).hexdigest()  # type: ignore[arg-type]  # numpy arrays are buffers
+        self._pwrite(memoryview(data).cast("B"), self._spans[name][0])  # type: ignore[arg-type]
+        with self._lock:
+            self.sha256[name] = digest
+            self._unsynced += data.nbytes
+        return digest
+
+    def writeback_due(self) -> bool:
+        """Whether ``writeback_every`` bytes were written since the last time this said so (0: never)."""
+        with self._lock:
+            if not self._writeback_every or self._unsynced < self._writeback_every:
+                return False
+            self._unsynced = 0
+            return True
+
+    def writeback(self) -> None:
+        """``fdatasync`` what is written so far (blocks until the disk has it; a closed file: nothing)."""
+        with self._fd_lock, writing(self.path):
+            if self._fd >= 0:
+                os.fdatasync(self._fd)
+
+    def close(self, *, sync: bool = True) -> None:
+        """Check that every declared tensor was written, then close (fsync first unless ``sync=False``).
+
+        Raises:
+            CheckpointError: a declared tensor was never written (the file is left for :meth:`abort`).
+        """
+        missing = [name for name in self._expected if not self.sha256.get(name)]
+        if missing:
+            raise CheckpointError(
+                f"{self.path}: {len(missing)} declared tensors were not written (first: {missing[0]!r})"
+            )
+        with self._fd_lock, writing(self.path):
+            try:
+                if sync:
+                    os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = -1
+
+    def abort(self) -> None:
+        """Close without checks and delete the partial file."""
+        with self._fd_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+        self.path.unlink(missing_ok=True)

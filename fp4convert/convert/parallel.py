@@ -1,0 +1,388 @@
+"""Write a set of output shards with the whole machine: files read, hashed, quantized and written in parallel.
+
+One conversion process (one rank) gets a list of output shards (:class:`ShardJob`) and:
+
+* reads each source file front to back in a stream of its own (``readers`` streams at a time),
+  offering the bytes to the file's sha256 chain, which runs on a thread of its own
+  (:class:`~fp4convert.checkpoint.file_hashes.SourceHashes`): sha256 cannot be split within a
+  file, so the source files are what hashing runs in parallel over;
+* hands each tensor (or a whole fused group, once its last member is read: the group's shared
+  amax is the maximum of its members', :mod:`fp4convert.convert.group_amax` for groups no stream
+  holds whole) to a pool of ``workers`` threads that quantize it, hash each output tensor and
+  write it at its place in its shard (:class:`~fp4convert.checkpoint.positional_writer.PositionalWriter`:
+  the plan fixed every offset, so tensors are written in any order);
+* every 256 MiB written to a shard, syncs it to disk on a thread of its own (the disk works
+  during the conversion, not only at the end);
+* closes a shard once its last tensor is written, renames it into place, reports it finished
+  (the resume journal records it) and reads it back from disk on the same pool (verify compares
+  these hashes with those taken while writing).
+
+Memory is bounded: a stream waits while the source bytes in flight exceed ``budget`` (a tensor
+larger than that goes alone). The native kernels, hashlib, ``pread`` / ``pwrite`` and the CUDA
+copies release the GIL; what is left in Python per tensor is small next to them
+(``bench/distributed.py`` measures it). On a GPU, one thread at a time quantizes (Triton's runtime
+is not safe against concurrent first launches); the copies to the GPU bound that step. On any
+failure, or once ``check`` raises (another rank failed), every stream stops, the unfinished shards
+are removed and the first error is raised as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4convert.checkpoint.file_hashes import SourceHashes
+from fp4convert.checkpoint.hashing import range_sha256
+from fp4convert.checkpoint.io_errors import writing
+from fp4convert.checkpoint.positional_writer import PositionalWriter
+from fp4convert.checkpoint.reader import SourceReader
+from fp4convert.checkpoint.safetensors_io import read_header
+from fp4convert.convert.shards import SHARD_METADATA, ProgressHook
+from fp4convert.plan import ConversionPlan, PlannedTensor, input_amax, member_amax, quantize_tensor
+
+__all__ = ["ShardJob", "ShardResults", "default_readers", "write_shards"]
+
+_READ_BACK_BATCH = 16 << 20  # bytes of output tensors read back per task
+_WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background fdatasyncs
+
+
+def default_readers(workers: int) -> int:
+    """Source files streamed at once: enough for the hash chains (one core each) to keep up with
+    ``workers`` quantizing threads, one on a small machine so shards finish in order there."""
+    return max(2, workers // 2)
+
+
+@dataclass
+class ShardJob:
+    """What one process writes.
+
+    Attributes:
+        plan: the conversion plan.
+        staging: the ``DST.partial/`` folder.
+        files: the output shards to write, in plan order.
+        hash_files: the source files this process hashes (each file is hashed by one rank).
+        group_amax: the agreed amax of the fused groups no stream holds whole.
+        device: where tensors are quantized.
+        calibration: activation amaxes (None: per-token activations).
+        workers: threads quantizing, hashing and writing.
+        readers: source files streamed at once.
+        budget: source bytes in flight at most (a larger tensor goes alone).
+    """
+
+    plan: ConversionPlan
+    staging: Path
+    files: Sequence[str]
+    hash_files: Collection[str]
+    group_amax: Mapping[str, torch.Tensor]
+    device: str
+    calibration: Mapping[str, float] | None
+    workers: int
+    readers: int = 1
+    budget: int = 512 << 20
+
+
+@dataclass
+class ShardResults:
+    """What writing the shards gave: each output tensor's sha256 as written and as read back from
+    disk, each hashed source file's sha256, the shards written, and the NaN / inf counts of the
+    source tensors read for them."""
+
+    sha: dict[str, str] = field(default_factory=dict)
+    read_back: dict[str, str] = field(default_factory=dict)
+    source_hashes: dict[str, str] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)
+    nonfinite: dict[str, dict[str, int]] = field(default_factory=dict)  # source tensor -> {"nan": n, "inf": m}
+
+
+class _Stop(Exception):
+    """Raised inside the streams once another one failed (never escapes :func:`write_shards`)."""
+
+
+class _Budget:
+    """Source bytes in flight; a stream waits for room unless nothing is in flight."""
+
+    def __init__(self, limit: int, stopped: threading.Event) -> None:
+        self._limit = limit
+        self._used = 0
+        self._cond = threading.Condition()
+        self._stopped = stopped
+
+    def take(self, nbytes: int, *, force: bool = False) -> None:
+        with self._cond:
+            while not force and self._used and self._used + nbytes > self._limit:
+                if self._stopped.is_set():
+                    raise _Stop
+                self._cond.wait(0.1)
+            self._used += nbytes
+
+    def give(self, nbytes: int) -> None:
+        with self._cond:
+            self._used -= nbytes
+            self._cond.notify_all()
+
+
+class _Run:
+    """The state of one :func:`write_shards` call, shared by its threads."""
+
+    def __init__(
+        self,
+        job: ShardJob,
+        hook: ProgressHook,
+        on_finished: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self.job = job
+        self.plan = job.plan
+        self.hook_lock = threading.Lock()
+        self._hook = hook
+        self.on_finished = on_finished
+        self.stopped = threading.Event()
+        self.budget = _Budget(job.budget, self.stopped)
+        self.lock = threading.Lock()
+        self.errors: list[BaseException] = []
+        self.writers: dict[str, PositionalWriter] = {}
+        by_file = self.plan.by_output_file()
+        self.items = {f: by_file[f] for f in job.files}
+        self.remaining = {f: len(items) for f, items in self.items.items()}
+        self.results = ShardResults()
+        self.outstanding = 0  # streams and tasks not finished yet
+        self.idle = threading.Condition(self.lock)
+        cuda = torch.device(job.device).type == "cuda"
+        index = torch.device(job.device).index if cuda else None
+        self.compute = ThreadPoolExecutor(
+            max(1, job.workers),
+            thread_name_prefix="fp4convert-quantize",
+            # the current CUDA device is per thread: the kernels launch on the job's GPU
+            initializer=(lambda: torch.cuda.set_device(index)) if index is not None else None,
+        )
+        # Triton's runtime is not safe against concurrent first launches (it compiles then): one
+        # thread at a time on the GPU; hashing, writing and reading still run on every thread.
+        self.gpu: Any = threading.Lock() if cuda else contextlib.nullcontext()
+        self.syncer = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-writeback")
+        self.reader = SourceReader(
+            self.plan.source, hashes=SourceHashes(self.plan.source, files=job.hash_files, fill_gaps=True)
+        )
+
+    def hook(self, event: str, payload: Mapping[str, Any]) -> None:
+        with self.hook_lock:
+            self._hook(event, payload)
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            if not isinstance(exc, _Stop):
+                self.errors.append(exc)
+        self.stopped.set()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, pool: ThreadPoolExecutor | None = None) -> None:
+        with self.lock:
+            self.outstanding += 1
+        (pool or self.compute).submit(self.guarded, fn, *args)
+
+    def guarded(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            if self.stopped.is_set():
+                raise _Stop
+            fn(*args)
+        except BaseException as exc:
+            self.fail(exc)
+        finally:
+            with self.lock:
+                self.outstanding -= 1
+                if not self.outstanding:
+                    self.idle.notify_all()
+
+    def wait(self, check: Callable[[], None]) -> None:
+        """Until every stream and task is done, or the work stopped; ``check`` runs meanwhile."""
+        while True:
+            with self.lock:
+                if not self.outstanding or self.stopped.is_set():
+                    return
+                self.idle.wait(0.2)
+            try:
+                check()
+            except BaseException as exc:
+                self.fail(exc)
+                return
+
+    # -- one source file, front to back ------------------------------------------------------------
+
+    def stream(self, items: list[PlannedTensor]) -> None:
+        """Read ``items`` (one source file's share, in file order) and queue their quantization."""
+        groups = self.plan.groups
+        held: dict[str, list[tuple[PlannedTensor, torch.Tensor]]] = {}
+        for item in items:
+            if self.stopped.is_set():
+                raise _Stop
+            name = item.info.name
+            self.budget.take(item.bytes_before, force=bool(held))  # held members must not wait on themselves
+            x = self.reader.read(name)
+            group = item.decision.fused_group
+            if group in groups and group not in self.job.group_amax:
+                held.setdefault(group, []).append((item, x))
+                if len(held[group]) < len(groups[group]):
+                    continue
+                self.submit(self.quantize, held.pop(group))
+            else:
+                self.submit(self.quantize, [(item, x)])
+        if held:  # groups_to_agree sends every group not whole in one stream to group_amax
+            raise RuntimeError(f"internal error: fused groups {sorted(held)} were not whole in one stream")
+
+    # -- one tensor or one fused group -------------------------------------------------------------
+
+    def quantize(self, members: list[tuple[PlannedTensor, torch.Tensor]]) -> None:
+        plan = self.plan
+        first = members[0][0]
+        amax = None
+        group = first.decision.fused_group
+        if len(members) > 1:  # a whole fused group: the maximum of its members' amaxes
+            amax = torch.stack([member_amax(x) for _, x in members]).amax()
+        elif group is not None and group in self.job.group_amax:
+            amax = self.job.group_amax[group]
+        for item, x in members:
+            try:
+                with self.gpu:
+                    tensors = quantize_tensor(
+                        item,
+                        x,
+                        dialect=plan.dialect,
+                        profile=plan.contract.nvfp4_profile,
+                        amax=amax,
+                        input_amax=input_amax(item, plan.groups, self.job.calibration),
+                        device=self.job.device,
+                    )
+                writer = self.writer(item.output_file)
+                for name, _, _ in item.outputs:
+                    writer.write(name, tensors[name])  # sha256 + pwrite at its offset
+                del tensors
+                if writer.writeback_due():
+                    self.submit(writer.writeback, pool=self.syncer)  # the disk writes while we go on
+                self.hook("tensor", {"name": item.info.name, "bytes": item.bytes_before})
+            finally:
+                self.budget.give(item.bytes_before)
+            self.tensor_done(item.output_file)
+
+    def writer(self, file: str) -> PositionalWriter:
+        with self.lock:
+            writer = self.writers.get(file)
+            if writer is None:
+                if self.stopped.is_set():
+                    raise _Stop
+                layout = [spec for item in self.items[file] for spec in item.outputs]
+                tmp = self.job.staging / (file + ".tmp")
+                writer = self.writers[file] = PositionalWriter(
+                    tmp, layout, metadata=SHARD_METADATA, writeback_every=_WRITEBACK_BYTES
+                )
+                created = True
+            else:
+                created = False
+        if created:
+            self.hook("shard", {"file": file, "resumed": False})
+        return writer
+
+    def tensor_done(self, file: str) -> None:
+        with self.lock:
+            self.remaining[file] -= 1
+            last = self.remaining[file] == 0
+        if not last:
+            return
+        writer = self.writers[file]
+        writer.close(sync=False)  # the read-back fsyncs it, off the critical path
+        names = [item.info.name for item in self.items[file]]
+        nonfinite = {n: self.reader.nonfinite[n] for n in names if n in self.reader.nonfinite}
+        # the journal entry: what the shard holds, and the source files hashed whole so far (a
+        # resumed run keeps the shard only if the files it was made from are unchanged); made
+        # before the rename, so the shard shows in place only a moment before the journal has it
+        record = {"tensors": dict(writer.sha256), "nonfinite": nonfinite, "sources": self.reader.finished_hashes()}
+        path = self.job.staging / file
+        with writing(path):
+            os.replace(writer.path, path)
+        with self.lock:
+            del self.writers[file]
+            self.results.written.append(file)
+            self.results.sha.update(writer.sha256)
+            self.results.nonfinite.update(nonfinite)
+            self.on_finished(file, record)
+        self.read_back(path, [name for item in self.items[file] for name, _, _ in item.outputs])
+
+    def read_back(self, path: Path, names: list[str]) -> None:
+        """Hash the finished shard from disk (fsync first), in batches on the pool."""
+        with writing(path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        entries = read_header(path)[0]
+        batch: list[str] = []
+        total = 0
+        for name in names:
+            batch.append(name)
+            total += entries[name].nbytes
+            if total >= _READ_BACK_BATCH or name == names[-1]:
+                self.submit(self.hash_back, path, [(n, entries[n].start, entries[n].end) for n in batch])
+                batch, total = [], 0
+
+    def hash_back(self, path: Path, spans: list[tuple[str, int, int]]) -> None:
+        digests = {name: range_sha256(path, start, end) for name, start, end in spans}
+        with self.lock:
+            self.results.read_back.update(digests)
+
+    def close(self) -> None:
+        self.compute.shutdown(wait=True, cancel_futures=True)
+        self.syncer.shutdown(wait=True, cancel_futures=True)
+        for writer in self.writers.values():
+            writer.abort()
+        self.writers.clear()
+        self.reader.close()
+
+
+def write_shards(
+    job: ShardJob,
+    *,
+    hook: ProgressHook,
+    on_finished: Callable[[str, dict[str, Any]], None],
+    check: Callable[[], None] = lambda: None,
+) -> ShardResults:
+    """Write the output shards of ``job`` (see the module docstring).
+
+    Args:
+        job: what to write.
+        hook: progress events ``("shard", ...)`` and ``("tensor", ...)`` (called one at a time).
+        on_finished: called with each shard once it is complete on disk, and its journal entry:
+            ``tensors`` (each tensor's sha256), ``nonfinite`` (NaN / inf counts of its source
+            tensors) and ``sources`` (the source files hashed whole so far, with their sha256).
+        check: called while the work runs; an exception it raises stops the work and is raised.
+
+    Returns:
+        A :class:`ShardResults`.
+    """
+    run = _Run(job, hook, on_finished)
+    view = job.plan.source.view()
+    by_source: dict[str, list[PlannedTensor]] = {}
+    for file in job.files:
+        for item in run.items[file]:
+            by_source.setdefault(item.source_file, []).append(item)
+    for items in by_source.values():
+        items.sort(key=lambda i: view.tensors[i.info.name].position)  # the file's data order
+    try:
+        streams_at_once = max(1, min(job.readers, len(by_source)))
+        with ThreadPoolExecutor(streams_at_once, thread_name_prefix="fp4convert-read") as pool:
+            for items in by_source.values():
+                run.submit(run.stream, items, pool=pool)
+            run.wait(check)  # a task counts its read-backs before it ends: nothing is missed
+        if run.errors:
+            raise run.errors[0]
+        run.results.source_hashes = run.reader.hashes.hexdigests()
+    finally:
+        run.stopped.set()
+        run.close()
+    if run.errors:
+        raise run.errors[0]
+    return run.results

@@ -1,0 +1,89 @@
+"""Source file hashes from the bytes read: the sha256 of the whole file whatever was offered, in any order."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from fp4convert.checkpoint.file_hashes import SourceHashes
+from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile
+from fp4convert.checkpoint.source import open_checkpoint
+from fp4convert.errors import CheckpointError
+
+
+def offers(ckpt):
+    """(file, start, tensor bytes) for every stored tensor, in file and data order."""
+    out = []
+    for file, entries in ckpt.shards.items():
+        with SafetensorsFile(ckpt.root / file) as f:
+            out += [(file, e.start, f.read_bytes(name)) for name, e in entries.items()]
+    return out
+
+
+@pytest.mark.parametrize("fill_gaps", [False, True])
+@pytest.mark.parametrize("order", ["file", "reversed", "shuffled", "every-other", "none"])
+def test_every_file_hashes_whole_whatever_was_offered(tiny_checkpoint, order, fill_gaps):
+    ckpt = open_checkpoint(tiny_checkpoint("qwen3_moe"))
+    chosen = offers(ckpt)
+    if order == "reversed":
+        chosen = chosen[::-1]
+    elif order == "shuffled":
+        random.Random(0).shuffle(chosen)
+    elif order == "every-other":
+        chosen = chosen[::2]
+    elif order == "none":
+        chosen = []
+    hashes = SourceHashes(ckpt, fill_gaps=fill_gaps)
+    try:
+        for file, start, data in chosen * 2:  # repeated offers are ignored
+            hashes.offer(file, start, data)
+        got = hashes.hexdigests()
+    finally:
+        hashes.close()
+    assert got == {file: file_sha256(ckpt.root / file) for file in ckpt.shards}
+
+
+def test_only_the_files_in_scope_are_hashed_and_a_small_hold_limit_still_hashes_right(tiny_checkpoint):
+    ckpt = open_checkpoint(tiny_checkpoint("qwen3_moe"))
+    mine = list(ckpt.shards)[1::2]
+    hashes = SourceHashes(ckpt, files=mine, hold_bytes=1000)  # most offers ahead are dropped, then re-read
+    try:
+        for file, start, data in offers(ckpt)[::-1]:
+            hashes.offer(file, start, data)
+        assert hashes.hexdigests() == {file: file_sha256(ckpt.root / file) for file in mine}
+    finally:
+        hashes.close()
+
+
+def test_finished_lists_only_files_read_to_their_end(tiny_checkpoint):
+    ckpt = open_checkpoint(tiny_checkpoint("qwen3_moe"))
+    first, second = list(ckpt.shards)[:2]
+    hashes = SourceHashes(ckpt)
+    try:
+        for file, start, data in offers(ckpt):
+            if file == first or (file == second and start == min(e.start for e in ckpt.shards[second].values())):
+                hashes.offer(file, start, data)
+        assert hashes.finished() == {first: file_sha256(ckpt.root / first)}
+    finally:
+        hashes.close()
+
+
+def test_a_file_shorter_than_its_header_says_is_an_error(tiny_checkpoint, tmp_path):
+    import shutil
+
+    src = shutil.copytree(tiny_checkpoint("qwen3_moe"), tmp_path / "src")
+    ckpt = open_checkpoint(src)
+    file = next(iter(ckpt.shards))
+    with (src / file).open("r+b") as f:  # cut the file after its headers were read
+        f.truncate((src / file).stat().st_size // 2)
+    hashes = SourceHashes(ckpt, files=[file], fill_gaps=True)
+    try:
+        last = list(ckpt.shards[file].values())[-1]
+        with pytest.raises(CheckpointError, match=r"ends at byte \d+, before byte \d+ that its header gives a tensor"):
+            hashes.offer(file, last.start, torch.zeros(last.nbytes, dtype=torch.uint8))
+            hashes.hexdigests()
+    finally:
+        hashes.close()

@@ -1,0 +1,102 @@
+"""Positional shard writes: any order, several threads, the bytes of the sequential writer."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from fp4convert.checkpoint.hashing import tensor_sha256
+from fp4convert.checkpoint.positional_writer import PositionalWriter
+from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name
+from fp4convert.errors import CheckpointError
+
+
+def tensors(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for i in range(12):
+        shape = (int(torch.randint(1, 40, (1,), generator=g)), int(torch.randint(1, 40, (1,), generator=g)))
+        dtype = [torch.bfloat16, torch.float32, torch.uint8, torch.float8_e4m3fn][i % 4]
+        out[f"t{i}.weight"] = (torch.randn(shape, generator=g) * 3).to(dtype)
+    out["scalar"] = torch.tensor(0.5)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_any_order_from_threads_gives_the_sequential_writers_bytes(tmp_path, seed):
+    data = tensors(seed)
+    layout = [(name, dtype_name(t.dtype), tuple(t.shape)) for name, t in data.items()]
+    meta = {"format": "pt"}
+    sequential = StreamingWriter(tmp_path / "a.safetensors", layout, meta)
+    for name, t in data.items():
+        sequential.write(name, t)
+    sequential.close()
+    positional = PositionalWriter(tmp_path / "b.safetensors", layout, meta)
+    order = list(data)
+    random.Random(seed).shuffle(order)
+    with ThreadPoolExecutor(4) as pool:
+        digests = dict(zip(order, pool.map(lambda n: positional.write(n, data[n]), order), strict=True))
+    positional.close()
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+    assert digests == positional.sha256 == sequential.sha256 == {n: tensor_sha256(t) for n, t in data.items()}
+    assert positional.nbytes == sequential.nbytes == (tmp_path / "b.safetensors").stat().st_size
+
+
+def test_refusals_name_the_tensor_and_abort_removes_the_file(tmp_path):
+    path = tmp_path / "c.safetensors"
+    w = PositionalWriter(path, [("a", "F32", (2,)), ("b", "U8", (3,))])
+    with pytest.raises(CheckpointError, match=r"wrote 'x', which the layout does not declare"):
+        w.write("x", torch.ones(2))
+    with pytest.raises(CheckpointError, match=r"tensor 'a' is BF16 \(2,\), declared F32 \(2,\)"):
+        w.write("a", torch.ones(2, dtype=torch.bfloat16))
+    w.write("a", torch.ones(2))
+    with pytest.raises(CheckpointError, match=r"tensor 'a' written twice"):
+        w.write("a", torch.ones(2))
+    with pytest.raises(CheckpointError, match=r"1 declared tensors were not written \(first: 'b'\)"):
+        w.close()
+    w.abort()
+    assert not path.exists()
+    with pytest.raises(CheckpointError, match=r"tensor 'a' declared twice"):
+        PositionalWriter(path, [("a", "F32", (2,)), ("a", "F32", (2,))])
+
+
+def test_a_symlink_left_at_the_name_is_replaced_not_followed(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"keep me")
+    (tmp_path / "d.safetensors").symlink_to(target)
+    w = PositionalWriter(tmp_path / "d.safetensors", [("a", "U8", (1,))])
+    w.write("a", torch.ones(1, dtype=torch.uint8))
+    w.close()
+    assert target.read_bytes() == b"keep me" and not (tmp_path / "d.safetensors").is_symlink()
+
+
+def test_writebacks_fall_due_every_so_many_bytes_and_change_no_byte(tmp_path):
+    data = tensors(7)
+    layout = [(n, dtype_name(t.dtype), tuple(t.shape)) for n, t in data.items()]
+    seq = StreamingWriter(tmp_path / "seq.safetensors", layout)
+    for name, t in data.items():
+        seq.write(name, t)
+    seq.close()
+    every = 2000
+    writer = PositionalWriter(tmp_path / "pos.safetensors", layout, writeback_every=every)
+    since, due = 0, []
+    for name, t in reversed(data.items()):
+        writer.write(name, t)
+        since += t.numel() * t.element_size()
+        due.append(writer.writeback_due())
+        assert due[-1] == (since >= every)  # due once `every` bytes were written since the last time
+        if due[-1]:
+            since = 0
+            writer.writeback()  # the caller's background fdatasync, here inline
+    assert any(due) and not all(due)
+    writer.close()
+    writer.writeback()  # after close: nothing (no fd left to sync)
+    assert (tmp_path / "pos.safetensors").read_bytes() == (tmp_path / "seq.safetensors").read_bytes()
+    never = PositionalWriter(tmp_path / "never.safetensors", layout)  # writeback_every=0: never due
+    for name, t in data.items():
+        never.write(name, t)
+        assert not never.writeback_due()
+    never.abort()
