@@ -228,7 +228,7 @@ def nvfp4_matrix(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`nvfp4_matrix_reference` through the fastest exact path for the device (same bytes)."""
     if backend == "auto" and kernels.has_fast_path(x2d):
-        return kernels.nvfp4_matrix(x2d, row_amax, profile, _block_amax_for_kernel(x2d, tile))
+        return kernels.nvfp4_matrix(x2d, row_amax, profile, tile16=tile == "16x16")
     return nvfp4_matrix_reference(x2d, row_amax, profile, tile=tile)
 
 
