@@ -36,7 +36,8 @@ from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, uni
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan
 from fp4convert.megatron.report import ExportReport, Finding
-from fp4convert.megatron.sources import PieceSource, SafetensorsFolder, piece_sources, tensor_meta
+from fp4convert.megatron.resolve import MasterNames, Piece
+from fp4convert.megatron.sources import SafetensorsFolder, tensor_meta
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
@@ -46,7 +47,7 @@ __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
 class _Compiled:
     """What one master layout fixes: where each HF tensor is, what the export must hold, batches."""
 
-    sources: dict[str, PieceSource]
+    sources: dict[str, Piece]
     outputs: dict[str, list[OutputSpec]]  # item name -> expected outputs (BF16: the master's dtype)
     problems: list[Finding]  # items the master cannot provide
     expected_names: dict[str, PlannedTensor]
@@ -113,6 +114,7 @@ class ExportValidator:
         self.max_batch_bytes = max_batch_bytes
         self.max_diagnosed = max_diagnosed
         self._compiled: tuple[Any, _Compiled | None] = (None, None)
+        self._names = MasterNames(self.plan, ep_rank, ep_size)
         self._rows_on: dict[tuple[str, str], torch.Tensor] = {}
 
     # -- what a master layout fixes ------------------------------------------------------------------
@@ -122,9 +124,7 @@ class ExportValidator:
         signature = tuple(shapes.items())
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
-        sources = piece_sources(
-            {k: s for k, (_, s) in shapes.items()}, self.plan, ep_rank=self.ep_rank, ep_size=self.ep_size
-        )
+        sources = self._names.sources({k: s for k, (_, s) in shapes.items()})
         scratch = ExportReport("", "", 0, 1, [], 0, {})
         ctx = Context(self.plan, {}, master, sources, torch.device("cpu"), scratch, self.ep_rank, self.ep_size, {})
         outputs: dict[str, list[OutputSpec]] = {}
