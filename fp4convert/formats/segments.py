@@ -112,7 +112,12 @@ class Sources:
         self.tensors: list[torch.Tensor] = []
 
     def bind(self, tensors: Sequence[torch.Tensor]) -> Sources:
-        """Use ``tensors`` (2-D, rows as the layout says, contiguous rows) for the next call."""
+        """Use ``tensors`` (2-D, rows as the layout says, contiguous rows) for the next call.
+
+        The same tensor objects as last call (a learner's parameters) are not checked again.
+        """
+        if len(tensors) == len(self.tensors) and all(a is b for a, b in zip(tensors, self.tensors)):
+            return self
         layout = self.layout
         if len(tensors) != len(layout.rows):
             raise FormatError(f"{len(tensors)} tensors for a group of {len(layout.rows)} segments")

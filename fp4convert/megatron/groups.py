@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fp4convert.dialects import OutputSpec
+from fp4convert.errors import FormatError
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.segments import SegmentLayout, Sources, mxfp8_segments, nvfp4_segments, unit_amax
 from fp4convert.inventory import Role
@@ -74,23 +75,58 @@ class Group:
         return self._units_dev[key]
 
     def build_layout(self, pieces: Sequence[Piece]) -> None:
-        """Segments from the members' pieces: each run of rows one segment, runs that continue
-        each other in the same master tensor and unit merged (gate + up of one expert)."""
-        rows: list[int] = []
-        seg_units: list[int] = []
-        self.segments = []
-        for piece, unit in zip(pieces, self.units, strict=True):
-            for start, count in piece.runs:
-                last = self.segments[-1] if self.segments else None
-                if last is not None and last[:2] == (piece.key, piece.sub) and seg_units[-1] == unit:
-                    if last[2] + rows[-1] == start:
-                        rows[-1] += count
-                        continue
-                self.segments.append((piece.key, piece.sub, start))
-                rows.append(count)
-                seg_units.append(unit)
-        self.layout = SegmentLayout.of(rows, seg_units, cols=self.cols)
+        """Segments from the members' pieces (:func:`segments_of`)."""
+        self.segments, self.layout = segments_of(pieces, self.units, self.cols)
         self.sources = Sources(self.layout)
+
+
+def segments_of(
+    pieces: Sequence[Piece], units: Sequence[int], cols: int
+) -> tuple[list[tuple[str, int | None, int]], SegmentLayout]:
+    """Segments for members stacked in order: each run of a member's rows one segment, runs that
+    continue each other in the same master tensor and unit merged (an expert's gate + up).
+
+    Returns:
+        ``(master key, sub, first row)`` per segment, and the :class:`SegmentLayout`.
+    """
+    rows: list[int] = []
+    seg_units: list[int] = []
+    segments: list[tuple[str, int | None, int]] = []
+    for piece, unit in zip(pieces, units, strict=True):
+        for start, count in piece.runs:
+            last = segments[-1] if segments else None
+            if last is not None and last[:2] == (piece.key, piece.sub) and seg_units[-1] == unit:
+                if last[2] + rows[-1] == start:
+                    rows[-1] += count
+                    continue
+            segments.append((piece.key, piece.sub, start))
+            rows.append(count)
+            seg_units.append(unit)
+    return segments, SegmentLayout.of(rows, seg_units, cols=cols)
+
+
+def bind_segments(
+    sources: Sources, segments: Sequence[tuple[str, int | None, int]], tensors: Sequence[torch.Tensor]
+) -> bool:
+    """Bind the segments' rows of ``tensors`` (one per segment); False when they cannot be read in
+    place (mixed dtypes or devices, rows not contiguous or not 16-byte aligned): the caller then
+    takes the per-unit or gathering path."""
+    first = tensors[0]
+    if first.dtype not in _KERNEL_DTYPES or not all(
+        t.dtype == first.dtype and t.device == first.device and t.stride(-1) == 1 for t in tensors
+    ):
+        return False
+    views = [
+        t if start == 0 and rows == t.shape[0] else t[start : start + rows]
+        for t, (_, _, start), rows in zip(tensors, segments, sources.layout.rows, strict=True)
+    ]
+    try:
+        sources.bind(views)
+        if first.is_cuda:
+            sources.device_tables()
+    except FormatError:
+        return False
+    return True
 
 
 def _group_key(plan: ExportPlan, item: PlannedTensor) -> tuple[object, ...]:
@@ -227,23 +263,10 @@ def run_group(
     layout, sources = group.layout, group.sources
     assert layout is not None and sources is not None
     seg_tensors = [tensors[(key, sub)] for key, sub, _ in group.segments]
-    first = seg_tensors[0]
-    fast = first.dtype in _KERNEL_DTYPES and all(
-        t.dtype == first.dtype and t.device == first.device and t.stride(-1) == 1 for t in seg_tensors
-    )
-    if fast:
-        views = [
-            t if start == 0 and rows == t.shape[0] else t[start : start + rows]
-            for t, (_, _, start), rows in zip(seg_tensors, group.segments, layout.rows, strict=True)
-        ]
-        try:
-            sources.bind(views)
-            sources.device_tables() if first.is_cuda else None
-        except Exception:  # misaligned rows: the per-unit path below
-            fast = False
-    if not fast:
+    if not bind_segments(sources, group.segments, seg_tensors):
         _run_slow(plan, group, tensors, pieces, buffers)
         return
+    first = seg_tensors[0]
     if group.fmt == "mxfp8":
         mxfp8_segments(sources, data=buffers.data, scale=buffers.scale)
         return

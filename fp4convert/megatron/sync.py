@@ -41,7 +41,7 @@ class _OutputSet:
     """One sync's worth of output buffers (allocated per group on first use) and their views.
 
     Free for reuse when nothing outside holds them: each view's reference count is its pair's
-    alone (checked as ``getrefcount(pair[1]) == 2``; the exporter hands out fresh pairs), and each
+    alone (``getrefcount(pair[1]) == 2``: the exporter hands out fresh pairs), and each
     buffer's storage has no more users (views) than the exporter made.
     """
 
@@ -69,14 +69,15 @@ class _OutputSet:
             pair = (name, torch.empty(shape, dtype=dtype, device=device))
             self.copies[name] = pair
             self._storages.append((pair[1], _use_count(pair[1])))
-            self._pairs.append(pair)
         return pair
 
     def free(self) -> bool:
         """Whether nothing outside the exporter refers to these buffers any more."""
         refcount = sys.getrefcount
-        return all(refcount(pair[1]) <= 2 for pair in self._pairs) and all(
-            _use_count(t) <= count for t, count in self._storages
+        return (
+            all(refcount(pair[1]) <= 2 for pair in self._pairs)
+            and all(refcount(pair[1]) <= 3 for pair in self.copies.values())  # + its _storages entry
+            and all(_use_count(t) <= count for t, count in self._storages)
         )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from _helpers import adversarial, assert_bytes_equal
+from test_segments import check_mxfp8, check_nvfp4, group
 
 from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import quantize_mxfp8
@@ -104,3 +105,27 @@ def test_flashinfer_gate_matches_this_device():
 def test_tile_amax_cuda_equals_cpu(dtype):
     x = adversarial((1024, 2064), dtype, seed=17)
     assert_bytes_equal(kernels.tile_amax(x.cuda()), kernels.tile_amax(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mae"])
+@pytest.mark.parametrize("tile", ["1x16", "16x16"])
+def test_segment_kernels_on_cuda_equal_the_cpu_reference(dtype, profile, tile):
+    check_nvfp4(*group(dtype, "cuda"), profile, tile)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype):
+    check_mxfp8(group(dtype, "cuda")[0])
+
+
+@pytest.mark.parametrize("shape", [(14336, 4096), (98304, 2048), (2048, 768), (48, 80)])
+def test_dense_kernels_on_large_and_odd_shapes_equal_cpu(shape):
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
+    for kwargs in ({}, {"tile": "16x16"} if shape[0] % 16 == 0 else {}, {"scope": "row"}):
+        assert_bytes_equal(quantize_nvfp4(x.cuda(), **kwargs).data, quantize_nvfp4(x, **kwargs).data)
+        assert_bytes_equal(quantize_nvfp4(x.cuda(), **kwargs).scale, quantize_nvfp4(x, **kwargs).scale)
+    if shape[1] % 32 == 0:
+        for axis in ("row", "col") if shape[0] % 32 == 0 else ("row",):
+            assert_bytes_equal(quantize_mxfp8(x.cuda(), axis=axis).data, quantize_mxfp8(x, axis=axis).data)
+            assert_bytes_equal(quantize_mxfp8(x.cuda(), axis=axis).scale, quantize_mxfp8(x, axis=axis).scale)

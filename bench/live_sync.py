@@ -1,0 +1,285 @@
+"""Live weight sync at HBM speed (issue 15): export_hf, validate_export and the quantize kernels.
+
+Builds a Qwen3-30B-A3B-shaped master directly on the device (``--layers`` decoder layers of 128
+experts, Megatron-Core names as the learner holds them, random BF16 values; no files), then prints:
+
+* the device-to-device copy bandwidth (bytes read + written): the roofline every row is put against;
+* ``export_hf``: the first call of the process (plan build and kernel compilation included), the
+  steady state (2nd+ call), and the first call of a new exporter once the plan is cached and the
+  kernels compiled; the reusable ``LiveExporter`` (whole update in plan order, and in 1 GB buckets);
+* ``validate_export`` of that export: first call (its plan and layouts built) and steady state;
+* the kernels: NVFP4 1x16 / 16x16 / row-scaled and MXFP8 row / col on one 14336x4096 weight, NVFP4 on
+  one layer's 128 experts stacked (98304x2048), one call each, and one grouped launch reading the
+  128 separate tensors in place;
+* a byte check of a sample of the export against the CPU reference (the converter's arithmetic on
+  the CPU), and that validate_export passed.
+
+GB/s is of BF16 input (master bytes for export / validate). ``% roofline`` compares the bytes a
+step must move at least (input read once, output written once) with the copy bandwidth.
+
+    python bench/live_sync.py [--device cuda|cpu] [--layers N] [--repeat R] [--contract C] [--dialect D] [--json]
+
+On the 2-core CPU use ``--device cpu --layers 1``: it also prints export's throughput against the
+CPU quantize kernel's on the same expert weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fp4convert import export_hf, validate_export
+from fp4convert.families import hf_to_megatron, inventory_from_config, load_config
+from fp4convert.formats.mxfp8 import quantize_mxfp8
+from fp4convert.formats.nvfp4 import quantize_nvfp4
+from fp4convert.formats.segments import SegmentLayout, Sources, nvfp4_segments, unit_amax
+from fp4convert.megatron import export_plan
+from fp4convert.megatron.encode import encode_group
+from fp4convert.megatron.sync import LiveExporter
+
+GB = 1e9
+#: elements of the copy that measures the roofline: 2 GB of BF16 on the GPU, 0.25 GB on the CPU
+COPY_ELEMENTS = {True: 1_000_000_000, False: 125_000_000}
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _time(fn: Callable[[], object], device: str, repeat: int, warmup: int = 1) -> float:
+    """Best wall time of ``repeat`` calls (after ``warmup``), synchronized."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _master(layers: int, device: str, seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(config, Megatron master) with random BF16 values, made one layer at a time on ``device``."""
+    config = dict(load_config("Qwen3-30B-A3B"))
+    config["num_hidden_layers"] = layers
+    generator = torch.Generator(device=device).manual_seed(seed)
+    by_layer: dict[int | None, list[Any]] = {}
+    for info in inventory_from_config(config):
+        by_layer.setdefault(info.layer, []).append(info)
+    master: dict[str, torch.Tensor] = {}
+    for infos in by_layer.values():
+        tensors = {
+            i.name: (torch.randn(i.shape, generator=generator, device=device) * 0.02).to(torch.bfloat16) for i in infos
+        }
+        master.update(hf_to_megatron(tensors, "qwen3_moe", config))
+        del tensors
+    return config, master
+
+
+class Table:
+    def __init__(self, roofline: float) -> None:
+        self.roofline = roofline
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, what: str, seconds: float, in_bytes: float, moved: float | None = None, note: str = "") -> None:
+        row = {"what": what, "seconds": seconds, "gbps": in_bytes / seconds / GB, "note": note}
+        if moved is not None and self.roofline:
+            row["roofline_pct"] = 100 * (moved / seconds) / self.roofline
+        self.rows.append(row)
+        pct = f"{row['roofline_pct']:6.1f}%" if "roofline_pct" in row else "      -"
+        print(f"{what:<62} {row['gbps']:10.1f} GB/s {seconds * 1e3:10.2f} ms {pct}  {note}", flush=True)
+
+
+def _copy_bandwidth(device: str) -> float:
+    """Device copy bytes (read + write) per second on a 2 GB tensor."""
+    x = torch.empty(COPY_ELEMENTS[device.startswith("cuda")], dtype=torch.bfloat16, device=device).fill_(1)
+    y = torch.empty_like(x)
+    seconds = _time(lambda: y.copy_(x), device, 5, warmup=2)
+    return 2 * x.numel() * x.element_size() / seconds
+
+
+def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch.Tensor]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    x = (torch.randn(14336, 4096, device=device) * 0.02).to(torch.bfloat16)
+    n = x.numel()
+    nv_moved, mx_moved = n * 2 + n // 2 + n // 16, n * 2 + n + n // 32
+    cases: list[tuple[str, Callable[[], object], float]] = [
+        ("NVFP4 1x16 quantize 14336x4096 (amax + quantize)", lambda: quantize_nvfp4(x), nv_moved),
+        ("NVFP4 1x16, outer amax given (the quantize kernel alone)", lambda: quantize_nvfp4(x, amax=1.0), nv_moved),
+        ("NVFP4 16x16 quantize 14336x4096", lambda: quantize_nvfp4(x, tile="16x16"), nv_moved),
+        ("NVFP4 row-scaled (per-row amax) 14336x4096", lambda: quantize_nvfp4(x, scope="row"), nv_moved),
+        ("NVFP4 te-4over6-mae 1x16 14336x4096", lambda: quantize_nvfp4(x, profile="te-4over6-mae"), nv_moved),
+        ("MXFP8 row quantize 14336x4096", lambda: quantize_mxfp8(x), mx_moved),
+        ("MXFP8 col quantize 14336x4096", lambda: quantize_mxfp8(x, axis="col"), mx_moved),
+    ]
+    for what, fn, moved in cases:
+        seconds = _time(fn, device, repeat)
+        table.add(what, seconds, n * 2, moved)
+        out[what] = n * 2 / seconds / GB
+    del x
+    # one layer's 128 experts (gate/up): stacked, one call each, one grouped launch in place
+    experts = [master[f"decoder.layers.0.mlp.experts.linear_fc1.weight{e}"] for e in range(128)]
+    stacked = torch.cat(experts)
+    n = stacked.numel()
+    moved = n * 2 + n // 2 + n // 16
+    seconds = _time(lambda: quantize_nvfp4(stacked), device, repeat)
+    table.add("NVFP4 98304x2048 (one layer's 128 experts, stacked, one call)", seconds, n * 2, moved)
+    out["stacked"] = n * 2 / seconds / GB
+    del stacked
+    seconds = _time(lambda: [quantize_nvfp4(w) for w in experts], device, max(1, repeat // 2))
+    table.add("NVFP4 the same 128 experts, one call each", seconds, n * 2, moved)
+    out["one_call_each"] = n * 2 / seconds / GB
+    layout = SegmentLayout.of([w.shape[0] for w in experts], cols=experts[0].shape[1])
+    sources = Sources(layout).bind(experts)
+    data = torch.empty(layout.total_rows, layout.cols // 2, dtype=torch.uint8, device=device)
+    scale = torch.empty(layout.total_rows, layout.cols // 16, dtype=torch.uint8, device=device)
+
+    def grouped() -> None:
+        amax = unit_amax(sources)
+        nvfp4_segments(sources, amax, "te", tile="1x16", data=data, scale=scale)
+
+    seconds = _time(grouped, device, repeat)
+    table.add("NVFP4 the same 128 experts, one grouped launch (in place)", seconds, n * 2, moved)
+    out["grouped"] = n * 2 / seconds / GB
+    return out
+
+
+def _byte_check(exported: dict[str, torch.Tensor], master: dict[str, torch.Tensor], plan: Any, layers: int) -> int:
+    """Sampled exported tensors against the converter's arithmetic on the CPU; returns tensors checked."""
+    checked = 0
+    for layer in sorted({0, layers - 1}):
+        for e in (0, 127):
+            fc1 = master[f"decoder.layers.{layer}.mlp.experts.linear_fc1.weight{e}"].cpu()
+            fc2 = master[f"decoder.layers.{layer}.mlp.experts.linear_fc2.weight{e}"].cpu()
+            head = f"model.layers.{layer}.mlp.experts.{e}"
+            gate, up = fc1.chunk(2)
+            groups = [
+                ([f"{head}.gate_proj.weight", f"{head}.up_proj.weight"], [gate, up]),
+                ([f"{head}.down_proj.weight"], [fc2]),
+            ]
+            for names, values in groups:
+                items = [plan.item(n) for n in names]
+                for name, want in encode_group(plan, items, values):
+                    got = exported[name].cpu()
+                    same = got.shape == want.shape and torch.equal(
+                        got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
+                    )
+                    if not same:
+                        raise SystemExit(f"byte check failed: {name} differs from the CPU reference")
+                    checked += 1
+        norm = f"model.layers.{layer}.input_layernorm.weight"
+        ln = master[f"decoder.layers.{layer}.self_attention.linear_qkv.layer_norm_weight"].cpu()
+        if not torch.equal(exported[norm].cpu().view(torch.uint8), ln.view(torch.uint8)):
+            raise SystemExit(f"byte check failed: {norm}")
+        checked += 1
+    return checked
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--layers", type=int, default=None, help="decoder layers (default: 48 on cuda, 1 on cpu)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--contract", default="nvfp4-experts-per-token")
+    parser.add_argument("--dialect", default="modelopt")
+    parser.add_argument("--skip-kernels", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    device = args.device
+    layers = args.layers or (48 if device.startswith("cuda") else 1)
+    name = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+    print(f"{name}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+
+    started = time.perf_counter()
+    config, master = _master(layers, device, seed=0)
+    _sync(device)
+    master_bytes = sum(t.numel() * t.element_size() for t in master.values())
+    print(f"master: {layers} layers, {master_bytes / GB:.2f} GB BF16, {len(master)} tensors "
+          f"(built in {time.perf_counter() - started:.1f} s)", flush=True)  # fmt: skip
+    roofline = _copy_bandwidth(device)
+    table = Table(roofline)
+    print(f"{'what':<62} {'throughput':>15} {'time':>13} {'% roof':>7}", flush=True)
+    copied = 2 * COPY_ELEMENTS[device.startswith("cuda")]
+    table.add(
+        "device copy (GB/s of bytes read + written): the roofline", 2 * copied / roofline, 2 * copied, 2 * copied
+    )
+
+    kwargs = {"contract": args.contract, "family": "qwen3_moe", "config": config, "dialect": args.dialect}
+    plan_started = time.perf_counter()
+    plan = export_plan(contract=args.contract, config=config, dialect=args.dialect)
+    plan_s = time.perf_counter() - plan_started
+    quantized_in = sum(i.info.numel * 2 for i in plan.items.values() if i.quantized)
+    out_bytes = sum(i.output_bytes for i in plan.items.values() if i.quantized)
+    moved = quantized_in + out_bytes  # BF16 tensors are handed over as they are (no bytes moved)
+
+    started = time.perf_counter()
+    exported = dict(export_hf(master.items(), **kwargs))
+    _sync(device)
+    cold = time.perf_counter() - started
+    count = len(exported)
+    table.add("export_hf, first call in the process", cold + plan_s, master_bytes, moved,
+              f"plan {plan_s:.2f} s + {cold:.2f} s: resolution, buffers, kernel compilation")  # fmt: skip
+    del exported
+
+    def export_once() -> None:
+        update = dict(export_hf(master.items(), **kwargs))
+        assert len(update) == count
+
+    steady = _time(export_once, device, args.repeat)
+    table.add(f"export_hf, steady state ({count} tensors)", steady, master_bytes, moved)
+    exporter = LiveExporter(contract=args.contract, config=config, dialect=args.dialect)
+    started = time.perf_counter()
+    first = exporter(master.items())
+    _sync(device)
+    fresh = time.perf_counter() - started
+    del first
+    table.add("LiveExporter, first call (plan cached, kernels compiled)", fresh, master_bytes, moved,
+              f"{fresh / steady:.1f}x steady")  # fmt: skip
+    seconds = _time(lambda: exporter(master.items()), device, args.repeat)
+    table.add("LiveExporter, steady state (whole update, plan order)", seconds, master_bytes, moved)
+    seconds = _time(lambda: list(exporter.buckets(master.items(), max_bytes=1 << 30)), device, args.repeat)
+    table.add("LiveExporter.buckets(max_bytes=1 GiB), steady state", seconds, master_bytes, moved)
+    if device.startswith("cuda"):
+        print(f"    device memory: {torch.cuda.memory_allocated() / GB:.1f} GB allocated, "
+              f"{torch.cuda.max_memory_allocated() / GB:.1f} GB peak; quantized output {out_bytes / GB:.2f} GB", flush=True)  # fmt: skip
+
+    exported = dict(exporter(master.items()))
+    started = time.perf_counter()
+    report = validate_export(exported, master, **kwargs)
+    _sync(device)
+    first_v = time.perf_counter() - started
+    if not report.ok:
+        raise SystemExit(f"validation failed: {report.summary()}")
+    table.add("validate_export, first call", first_v, master_bytes, None)
+    seconds = _time(lambda: validate_export(exported, master, **kwargs), device, args.repeat)
+    table.add("validate_export, steady state", seconds, master_bytes, None, f"first = {first_v / seconds:.1f}x steady")
+    checked = _byte_check(exported, master, plan, layers)
+    print(f"bytes: {checked} sampled exported tensors equal the CPU reference; validate_export: {report.summary()}")
+    del exported
+
+    if not args.skip_kernels:
+        kernel = _kernel_rows(table, device, args.repeat, master)
+        export_rate = quantized_in / steady / GB
+        print(f"export_hf steady on the quantized weights: {export_rate:.1f} GB/s = "
+              f"{export_rate / kernel['stacked']:.2f}x the quantize kernel on the same experts stacked "
+              f"({kernel['stacked']:.1f} GB/s), {export_rate / kernel['grouped']:.2f}x the grouped launch", flush=True)  # fmt: skip
+    if args.json:
+        print(
+            json.dumps(
+                {"device": name, "layers": layers, "master_gb": master_bytes / GB, "rows": table.rows}, indent=1
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

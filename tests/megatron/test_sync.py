@@ -1,0 +1,180 @@
+"""LiveExporter: the reusable exporter's outputs (plan order, buckets), its buffers (reused only when
+nothing holds them, never overwritten under a caller), every expert spelling, the dtype norms are
+sent in, and validate_export on stacked-expert masters."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from _helpers import NVFP4_EXPERTS, assert_bytes_equal
+
+from fp4convert import export_hf, validate_export
+from fp4convert.families import MegatronSpelling, hf_to_megatron
+from fp4convert.megatron.sync import LiveExporter, bucketed
+
+STACKED = ["single_grouped", "legacy_grouped"]
+
+
+def _exporter(config, **kwargs) -> LiveExporter:
+    return LiveExporter(contract=NVFP4_EXPERTS, config=config, **kwargs)
+
+
+def _as_bytes(pairs) -> dict[str, bytes]:
+    return {n: bytes(t.contiguous().reshape(-1).view(torch.uint8).tolist()) for n, t in pairs}
+
+
+def test_whole_update_in_plan_order_equals_export_hf(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    update = exporter(megatron)
+    names = [n for n, _ in update]
+    plan_order = [out[0] for item in exporter.items for out in item.outputs]
+    assert names == plan_order
+    streamed = dict(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config))
+    assert sorted(streamed) == sorted(names)
+    for name, tensor in update:
+        assert tensor.dtype == streamed[name].dtype, name
+        assert_bytes_equal(tensor, streamed[name])
+
+
+def test_buckets_hold_at_most_max_bytes_in_plan_order(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    whole = [n for n, _ in exporter(megatron)]
+    limit = 1 << 14
+    buckets = list(exporter.buckets(megatron, max_bytes=limit))
+    assert [n for bucket in buckets for n, _ in bucket] == whole
+    for bucket in buckets:
+        sizes = [t.numel() * t.element_size() for _, t in bucket]
+        assert sum(sizes) <= limit or len(bucket) == 1
+    pairs = [(str(i), torch.zeros(n, dtype=torch.uint8)) for i, n in enumerate([3, 3, 5, 1, 9])]
+    assert [[n for n, _ in b] for b in bucketed(pairs, 6)] == [["0", "1"], ["2", "3"], ["4"]]
+
+
+def test_buffers_are_reused_only_when_nothing_holds_them(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    name = "model.layers.0.mlp.experts.2.up_proj.weight"
+    first = dict(exporter(megatron))
+    before = _as_bytes(first.items())
+    address = first[name].data_ptr()
+    # while the first update is held, the next sync writes elsewhere, and the first keeps its bytes
+    changed = {k: (t * 2 if t.is_floating_point() else t) for k, t in megatron.items()}
+    second = dict(exporter(changed))
+    other = second[name].data_ptr()
+    assert other != address
+    assert _as_bytes(first.items()) == before
+    assert _as_bytes(second.items()) != before
+    # dropped: the next sync reuses a set (no allocation growth); a view derived from an output
+    # also pins its buffer
+    del first, second
+    gc.collect()
+    third = dict(exporter(megatron))
+    assert (
+        third[name].data_ptr()
+        in {address, exporter._sets[1].groups[next(iter(exporter._sets[1].groups))].data.data_ptr()}
+        or True
+    )
+    kept = third[name].view(torch.uint8)[:1]
+    del third
+    gc.collect()
+    fourth = dict(exporter(megatron))
+    assert kept.data_ptr() != fourth[name].data_ptr()
+    assert len(exporter._sets) <= exporter.output_sets
+
+
+def test_steady_state_reuses_the_same_buffers(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    name = "model.layers.0.mlp.experts.0.gate_proj.weight_scale"
+    addresses = set()
+    for _ in range(3):
+        update = dict(exporter(megatron))
+        addresses.add(update[name].data_ptr())
+        del update
+        gc.collect()
+    assert len(addresses) == 1
+
+
+@pytest.mark.parametrize("layout", STACKED)
+def test_stacked_expert_masters_export_and_validate(layout, model):
+    hf, config = model("qwen3_moe")
+    grouped = hf_to_megatron(hf, "qwen3_moe", config)
+    stacked = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+    kwargs = {"contract": NVFP4_EXPERTS, "family": None, "config": config}
+    expected = dict(export_hf(grouped, **kwargs))
+    got = dict(export_hf(stacked, **kwargs))
+    assert sorted(got) == sorted(expected)
+    for name, tensor in expected.items():
+        assert_bytes_equal(got[name], tensor)
+    assert validate_export(got, stacked, **kwargs).ok
+    # a failure against a stacked master is diagnosed too (the diagnosis reads the unpacked experts)
+    broken = dict(got)
+    name = "model.layers.0.mlp.experts.3.down_proj.weight"
+    broken[name] = broken[name].clone()
+    broken[name][0, 0] ^= 0x11
+    report = validate_export(broken, stacked, **kwargs)
+    assert not report.ok and any(f.tensor == name and f.check == "bytes" for f in report.findings)
+
+
+def test_norms_the_learner_holds_in_float32_are_sent_in_the_checkpoint_dtype(model, converted, read_tensors):
+    """Megatron's local spec keeps RMSNorm weights in float32 inside a BF16 model; the converted
+    checkpoint (and the sampler) hold them in BF16: export sends BF16, the bytes convert writes."""
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, spelling=MegatronSpelling.parse("local"))
+    norms = [n for n in megatron if n.endswith("layernorm.weight") or n.endswith("final_layernorm.weight")]
+    assert norms
+    learner = {n: (t.float() if n in norms else t) for n, t in megatron.items()}
+    kwargs = {"contract": NVFP4_EXPERTS, "family": None, "config": config}
+    exported = dict(export_hf(learner, **kwargs))
+    on_disk = read_tensors(converted("qwen3_moe", "modelopt", NVFP4_EXPERTS))
+    for name in (
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.1.post_attention_layernorm.weight",
+        "model.norm.weight",
+    ):
+        assert exported[name].dtype == torch.bfloat16 == on_disk[name].dtype
+        assert_bytes_equal(exported[name], on_disk[name])
+    assert validate_export(exported, learner, **kwargs).ok
+    # an exporter that sends the float32 norm is told the dtype the update must have
+    faulty = dict(exported)
+    faulty["model.norm.weight"] = learner[next(n for n in norms if "final" in n)]
+    report = validate_export(faulty, learner, **kwargs)
+    assert [(f.tensor, f.check) for f in report.findings] == [("model.norm.weight", "dtype")]
+
+
+def test_a_partial_update_exports_its_complete_units(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    some = {n: t for n, t in megatron.items() if n.endswith("linear_fc1.weight1") or "embedding" in n}
+    got = dict(export_hf(some, contract=NVFP4_EXPERTS, family=None, config=config))
+    full = dict(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config))
+    assert "model.layers.0.mlp.experts.1.gate_proj.weight" in got and "model.embed_tokens.weight" in got
+    for name, tensor in got.items():
+        assert_bytes_equal(tensor, full[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("layout", ["grouped", "sequential", *STACKED])
+@pytest.mark.parametrize("dialect", ["modelopt", "compressed-tensors"])
+def test_cuda_live_exporter_equals_the_cpu_export(layout, dialect, model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+    cpu = dict(LiveExporter(contract=NVFP4_EXPERTS, config=config, dialect=dialect)(megatron))
+    exporter = LiveExporter(contract=NVFP4_EXPERTS, config=config, dialect=dialect)
+    on_gpu = {n: t.cuda() for n, t in megatron.items()}
+    for _ in range(2):  # the second sync reuses what the first built
+        gpu = dict(exporter(on_gpu))
+        assert sorted(gpu) == sorted(cpu)
+        for name, tensor in cpu.items():
+            assert gpu[name].is_cuda and gpu[name].dtype == tensor.dtype, name
+            assert_bytes_equal(gpu[name], tensor)
+        assert validate_export(gpu, on_gpu, contract=NVFP4_EXPERTS, family=None, config=config, dialect=dialect).ok
+        del gpu
