@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 from _helpers import adversarial, assert_bytes_equal
-from test_segments import check_mxfp8, check_nvfp4, group
+from _helpers import check_mxfp8_segments as check_mxfp8
+from _helpers import check_nvfp4_segments as check_nvfp4
+from _helpers import segment_group as group
 
 from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import quantize_mxfp8
