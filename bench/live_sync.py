@@ -108,8 +108,7 @@ def _copy_bandwidth(device: str) -> float:
     return 2 * x.numel() * x.element_size() / seconds
 
 
-def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch.Tensor]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _weight_rows(table: Table, device: str, repeat: int) -> None:
     x = (torch.randn(14336, 4096, device=device) * 0.02).to(torch.bfloat16)
     n = x.numel()
     nv_moved, mx_moved = n * 2 + n // 2 + n // 16, n * 2 + n + n // 32
@@ -123,19 +122,24 @@ def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch
         ("MXFP8 col quantize 14336x4096", lambda: quantize_mxfp8(x, axis="col"), mx_moved),
     ]
     for what, fn, moved in cases:
-        seconds = _time(fn, device, repeat)
-        table.add(what, seconds, n * 2, moved)
-        out[what] = n * 2 / seconds / GB
-    del x
+        table.add(what, _time(fn, device, repeat), n * 2, moved)
+
+
+def _stacked_seconds(experts: list[torch.Tensor], device: str, repeat: int) -> float:
+    stacked = torch.cat(experts)
+    return _time(lambda: quantize_nvfp4(stacked), device, repeat)
+
+
+def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch.Tensor]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    _weight_rows(table, device, repeat)
     # one layer's 128 experts (gate/up): stacked, one call each, one grouped launch in place
     experts = [master[f"decoder.layers.0.mlp.experts.linear_fc1.weight{e}"] for e in range(128)]
-    stacked = torch.cat(experts)
-    n = stacked.numel()
+    n = sum(w.numel() for w in experts)
     moved = n * 2 + n // 2 + n // 16
-    seconds = _time(lambda: quantize_nvfp4(stacked), device, repeat)
+    seconds = _stacked_seconds(experts, device, repeat)
     table.add("NVFP4 98304x2048 (one layer's 128 experts, stacked, one call)", seconds, n * 2, moved)
     out["stacked"] = n * 2 / seconds / GB
-    del stacked
     seconds = _time(lambda: [quantize_nvfp4(w) for w in experts], device, max(1, repeat // 2))
     table.add("NVFP4 the same 128 experts, one call each", seconds, n * 2, moved)
     out["one_call_each"] = n * 2 / seconds / GB
@@ -183,6 +187,30 @@ def _byte_check(exported: dict[str, torch.Tensor], master: dict[str, torch.Tenso
             raise SystemExit(f"byte check failed: {norm}")
         checked += 1
     return checked
+
+
+def _validate_rows(
+    table: Table,
+    exported: dict[str, torch.Tensor],
+    master: dict[str, torch.Tensor],
+    kwargs: dict[str, Any],
+    plan: Any,
+    layers: int,
+    repeat: int,
+) -> None:
+    device = str(next(iter(master.values())).device)
+    master_bytes = sum(t.numel() * t.element_size() for t in master.values())
+    started = time.perf_counter()
+    report = validate_export(exported, master, **kwargs)
+    _sync(device)
+    first = time.perf_counter() - started
+    if not report.ok:
+        raise SystemExit(f"validation failed: {report.summary()}")
+    table.add("validate_export, first call", first, master_bytes, None)
+    seconds = _time(lambda: validate_export(exported, master, **kwargs), device, repeat)
+    table.add("validate_export, steady state", seconds, master_bytes, None, f"first = {first / seconds:.1f}x steady")
+    checked = _byte_check(exported, master, plan, layers)
+    print(f"bytes: {checked} sampled exported tensors equal the CPU reference; validate_export: {report.summary()}")
 
 
 def main() -> None:
@@ -250,29 +278,24 @@ def main() -> None:
     seconds = _time(lambda: list(exporter.buckets(master.items(), max_bytes=1 << 30)), device, args.repeat)
     table.add("LiveExporter.buckets(max_bytes=1 GiB), steady state", seconds, master_bytes, moved)
     if device.startswith("cuda"):
-        print(f"    device memory: {torch.cuda.memory_allocated() / GB:.1f} GB allocated, "
-              f"{torch.cuda.max_memory_allocated() / GB:.1f} GB peak; quantized output {out_bytes / GB:.2f} GB", flush=True)  # fmt: skip
+        allocated, peak = torch.cuda.memory_allocated() / GB, torch.cuda.max_memory_allocated() / GB
+        print(
+            f"    device memory: {allocated:.1f} GB allocated, {peak:.1f} GB peak; "
+            f"quantized output {out_bytes / GB:.2f} GB"
+        )
 
-    exported = dict(exporter(master.items()))
-    started = time.perf_counter()
-    report = validate_export(exported, master, **kwargs)
-    _sync(device)
-    first_v = time.perf_counter() - started
-    if not report.ok:
-        raise SystemExit(f"validation failed: {report.summary()}")
-    table.add("validate_export, first call", first_v, master_bytes, None)
-    seconds = _time(lambda: validate_export(exported, master, **kwargs), device, args.repeat)
-    table.add("validate_export, steady state", seconds, master_bytes, None, f"first = {first_v / seconds:.1f}x steady")
-    checked = _byte_check(exported, master, plan, layers)
-    print(f"bytes: {checked} sampled exported tensors equal the CPU reference; validate_export: {report.summary()}")
-    del exported
+    _validate_rows(table, dict(exporter(master.items())), master, kwargs, plan, layers, args.repeat)
 
     if not args.skip_kernels:
         kernel = _kernel_rows(table, device, args.repeat, master)
         export_rate = quantized_in / steady / GB
-        print(f"export_hf steady on the quantized weights: {export_rate:.1f} GB/s = "
-              f"{export_rate / kernel['stacked']:.2f}x the quantize kernel on the same experts stacked "
-              f"({kernel['stacked']:.1f} GB/s), {export_rate / kernel['grouped']:.2f}x the grouped launch", flush=True)  # fmt: skip
+        stacked, grouped = kernel["stacked"], kernel["grouped"]
+        print(
+            f"export_hf steady on the quantized weights: {export_rate:.1f} GB/s = {export_rate / stacked:.2f}x the "
+            f"quantize kernel on the same experts stacked ({stacked:.1f} GB/s), {export_rate / grouped:.2f}x the "
+            "grouped launch",
+            flush=True,
+        )
     if args.json:
         print(
             json.dumps(

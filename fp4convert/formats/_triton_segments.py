@@ -60,6 +60,18 @@ def _e4m3_nonneg(d):
 
 
 @triton.jit
+def _e4m3_signed(y):
+    """float32 -> E4M3 byte with its sign (int32), satfinite RNE; NaN -> 0x7F, one NaN test."""
+    yb = y.to(tl.uint32, bitcast=True)
+    a = yb & 0x7FFFFFFF
+    d = a.to(tl.float32, bitcast=True)
+    normal = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960
+    sub = ((d * 512.0) + 8388608.0).to(tl.uint32, bitcast=True) - 0x4B000000
+    code = tl.minimum(tl.where(d < 0.015625, sub, normal), 0x7E) | ((yb >> 24) & 0x80)
+    return tl.where(a > 0x7F800000, 0x7F, code).to(tl.int32)
+
+
+@triton.jit
 def _e4m3_value(code):
     """E4M3 code (int32, 0..0x7E) -> float32."""
     e = code >> 3
@@ -88,8 +100,9 @@ def _outer(amax, PROFILE: tl.constexpr, GMAX: tl.constexpr):
 
 @triton.jit
 def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr):
-    """Codes and scale bytes of ``x [BR, NB, 16]`` (float32) with per-row ``sdec``/``mult [BR, 1]``."""
-    amax = _absmax(x)  # [BR, NB]
+    """Codes and scale bytes of ``x [BR, NB, 2, 8]`` (float32: rows, blocks, two halves of a
+    block) with per-row ``sdec``/``mult [BR, 1]``."""
+    amax = _absmax(_absmax(x))  # [BR, NB]; a max of maxima is the max (order-free)
     if TILE16:  # the 16x16 tile's amax for each of its 16 rows (BR == 16: one tile row-group)
         amax = tl.broadcast_to(tl.max(amax, axis=0)[None, :], amax.shape)
     if PROFILE == 2:  # modelopt
@@ -98,8 +111,8 @@ def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr):
         psc = tl.minimum(tl.maximum(psc, 0.001953125), 448.0)
         sf = _e4m3_nonneg(psc)
         sf = tl.where(sdec == 0.0, 0x38, sf)
-        y = tl.math.div_rn(x, (_e4m3_value(sf) * sdec)[:, :, None])
-        y = tl.where(sdec[:, :, None] == 0.0, 0.0, y)
+        y = tl.math.div_rn(x, (_e4m3_value(sf) * sdec)[:, :, None, None])
+        y = tl.where(sdec[:, :, None, None] == 0.0, 0.0, y)
         codes = _e2m1(y, False)
     else:
         if PROFILE == 0:
@@ -109,7 +122,7 @@ def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr):
         sf = _e4m3_nonneg(d)
         enc = tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), _e4m3_value(sf) * sdec)
         enc = tl.minimum(enc, FLT_MAX)
-        codes = _e2m1(x * enc[:, :, None], True)
+        codes = _e2m1(x * enc[:, :, None, None], True)
     return codes, sf
 
 
@@ -122,28 +135,35 @@ def _nvfp4_rows(
     """Quantize columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` into output rows ``orow``. (The
     column loop is the caller's: the Triton interpreter runs ``range`` loops in kernels only.)"""
     NB: tl.constexpr = BC // 16
-    e = tl.arange(0, 16)
-    k = tl.arange(0, 8)
+    h = tl.arange(0, 2)
+    j = tl.arange(0, 8)
     nblocks = cols // 16
     blk = c0 // 16 + tl.arange(0, NB)
-    ptrs = src + r[:, None, None] * ld + (blk[None, :, None] * 16 + e[None, None, :])
+    # [rows, blocks, half, 8]: a thread holds 8 consecutive values (one 16-byte load) and packs
+    # their codes into one 32-bit word (little endian: element 2i in the low nibble of byte i)
+    col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
+    ptrs = src + r[:, None, None, None] * ld + col
     if EVEN_R and EVEN_C:
         x = tl.load(ptrs).to(tl.float32)
     else:
-        bmask = blk < nblocks
-        x = tl.load(ptrs, mask=rmask[:, None, None] & bmask[None, :, None], other=0.0).to(tl.float32)
+        m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
+        x = tl.load(ptrs, mask=m4, other=0.0).to(tl.float32)
     codes, sf = _nvfp4_chunk(x, sdec, mult, PROFILE, TILE16)
-    lo, hi = tl.split(tl.reshape(codes, (BR, NB, 8, 2)))
-    packed = (lo | (hi << 4)).to(tl.uint8)
+    words = tl.sum(codes.to(tl.uint32) << (j * 4).to(tl.uint32)[None, None, None, :], axis=3)
     sptr = scale_ptr + orow[:, None] * nblocks + blk[None, :]
-    dptr = data_ptr + orow[:, None, None] * (cols // 2) + blk[None, :, None] * 8 + k[None, None, :]
+    wptr = (
+        data_ptr.to(tl.pointer_type(tl.uint32))
+        + orow[:, None, None] * (cols // 8)
+        + blk[None, :, None] * 2
+        + h[None, None, :]
+    )
     if EVEN_R and EVEN_C:
         tl.store(sptr, sf.to(tl.uint8))
-        tl.store(dptr, packed)
+        tl.store(wptr, words)
     else:
         m2 = rmask[:, None] & (blk < nblocks)[None, :]
         tl.store(sptr, sf.to(tl.uint8), mask=m2)
-        tl.store(dptr, packed, mask=m2[:, :, None])
+        tl.store(wptr, words, mask=m2[:, :, None])
 
 
 @triton.jit
@@ -193,35 +213,34 @@ def _mxfp8_rows(
     EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
 ):  # fmt: skip
     NB: tl.constexpr = BC // 32
-    e = tl.arange(0, 32)
+    q = tl.arange(0, 4)
+    j = tl.arange(0, 8)
     nblocks = cols // 32
     blk = c0 // 32 + tl.arange(0, NB)
-    col = blk[None, :, None] * 32 + e[None, None, :]
+    # [rows, blocks, quarter, 8]: a thread holds 8 consecutive values (one 16-byte load)
+    col = blk[None, :, None, None] * 32 + q[None, None, :, None] * 8 + j[None, None, None, :]
     if EVEN_R and EVEN_C:
-        x = tl.load(src + r[:, None, None] * ld + col).to(tl.float32)
+        x = tl.load(src + r[:, None, None, None] * ld + col).to(tl.float32)
     else:
-        m3 = rmask[:, None, None] & (blk < nblocks)[None, :, None]
-        x = tl.load(src + r[:, None, None] * ld + col, mask=m3, other=0.0).to(tl.float32)
-    v = _absmax(x) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
+        m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
+        x = tl.load(src + r[:, None, None, None] * ld + col, mask=m4, other=0.0).to(tl.float32)
+    v = _absmax(_absmax(x)) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
     b = v.to(tl.uint32, bitcast=True)
     ex = (b >> 23) & 0xFF
     man = b & 0x7FFFFF
     up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
     sc = tl.where(ex == 0xFF, 0xFE, ex + up)
     inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
-    y = x * inv[:, :, None]
-    yb = y.to(tl.uint32, bitcast=True)
-    mag = _e4m3_nonneg((yb & 0x7FFFFFFF).to(tl.float32, bitcast=True))
-    q = tl.where(mag == 0x7F, 0x7F, mag | ((yb >> 24) & 0x80).to(tl.int32))
+    code = _e4m3_signed(x * inv[:, :, None, None])
     sptr = scale_ptr + orow[:, None] * nblocks + blk[None, :]
-    dptr = data_ptr + orow[:, None, None] * cols + col
+    dptr = data_ptr + orow[:, None, None, None] * cols + col
     if EVEN_R and EVEN_C:
         tl.store(sptr, sc.to(tl.uint8))
-        tl.store(dptr, q.to(tl.uint8))
+        tl.store(dptr, code.to(tl.uint8))
     else:
         m2 = rmask[:, None] & (blk < nblocks)[None, :]
         tl.store(sptr, sc.to(tl.uint8), mask=m2)
-        tl.store(dptr, q.to(tl.uint8), mask=m2[:, :, None])
+        tl.store(dptr, code.to(tl.uint8), mask=m2[:, :, None, None])
 
 
 @triton.jit

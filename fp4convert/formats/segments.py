@@ -116,7 +116,7 @@ class Sources:
 
         The same tensor objects as last call (a learner's parameters) are not checked again.
         """
-        if len(tensors) == len(self.tensors) and all(a is b for a, b in zip(tensors, self.tensors)):
+        if len(tensors) == len(self.tensors) and all(a is b for a, b in zip(tensors, self.tensors, strict=True)):
             return self
         layout = self.layout
         if len(tensors) != len(layout.rows):

@@ -156,7 +156,7 @@ def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
             end += t.numel() * t.element_size()
         else:
             flat = torch.empty(0, dtype=torch.uint8, device=device)
-            return flat.set_(first.untyped_storage(), start - storage, (end - start,))
+            return flat.set_(first.untyped_storage(), start - storage, (end - start,), (1,))
     return torch.cat([_on(t, device).contiguous().reshape(-1).view(torch.uint8) for t in tensors])
 
 

@@ -218,6 +218,7 @@ class MasterNames:
         if cache_key not in self._splits:
             index = torch.arange(rows).reshape(rows, 1)
             try:
+                parts: tuple[torch.Tensor, ...]
                 if kind is FusedKind.QKV:
                     parts = split_qkv(
                         index,
