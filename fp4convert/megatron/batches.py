@@ -147,16 +147,17 @@ def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
     writes it), else a concatenation."""
     first = tensors[0]
     if first.device == device and all(t.is_contiguous() for t in tensors):
-        start = first.data_ptr()
-        end = start
-        storage = first.untyped_storage().data_ptr()
+        start = end = first.data_ptr()
         for t in tensors:
-            if t.data_ptr() != end or t.untyped_storage().data_ptr() != storage:
+            if t.data_ptr() != end:
                 break
             end += t.numel() * t.element_size()
         else:
-            flat = torch.empty(0, dtype=torch.uint8, device=device)
-            return flat.set_(first.untyped_storage(), start - storage, (end - start,), (1,))
+            storage = first.untyped_storage()
+            base = storage.data_ptr()
+            if end <= base + storage.nbytes():  # the whole span lies in first's allocation
+                flat = torch.empty(0, dtype=torch.uint8, device=device)
+                return flat.set_(storage, start - base, (end - start,), (1,))
     return torch.cat([_on(t, device).contiguous().reshape(-1).view(torch.uint8) for t in tensors])
 
 

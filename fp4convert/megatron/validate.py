@@ -120,10 +120,13 @@ class ExportValidator:
     # -- what a master layout fixes ------------------------------------------------------------------
 
     def _compile(self, master: Mapping[str, torch.Tensor]) -> _Compiled:
-        shapes = {key: tensor_meta(master, key) for key in master}
-        signature = tuple(shapes.items())
+        if hasattr(master, "meta"):  # files: headers
+            signature: tuple[Any, ...] = tuple((key, tensor_meta(master, key)) for key in master)
+        else:  # tensors: dtype and shape objects, compared as they are (no per-tensor conversions)
+            signature = tuple((key, t.dtype, t.shape) for key, t in master.items())
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
+        shapes = {key: tensor_meta(master, key) for key in master}
         sources = self._names.sources({k: s for k, (_, s) in shapes.items()})
         scratch = ExportReport("", "", 0, 1, [], 0, {})
         ctx = Context(self.plan, {}, master, sources, torch.device("cpu"), scratch, self.ep_rank, self.ep_size, {})
