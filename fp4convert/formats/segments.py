@@ -30,7 +30,15 @@ from fp4convert.formats.nvfp4 import nvfp4_matrix
 from fp4convert.formats.nvfp4 import row_amax as nvfp4_row_amax
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 
-__all__ = ["SegmentLayout", "Sources", "mxfp8_segments", "nvfp4_segments", "segment_amax", "unit_amax"]
+__all__ = [
+    "SegmentLayout",
+    "Sources",
+    "mxfp8_segments",
+    "nvfp4_segments",
+    "reads_by_address",
+    "segment_amax",
+    "unit_amax",
+]
 
 #: rows per block of a launch: one 16x16 tile row-group
 BLOCK_ROWS = 16
@@ -148,8 +156,11 @@ class Sources:
         ptrs = [t.data_ptr() for t in self.tensors]
         if ptrs != self._last or self._ptrs is None or self._ld is None:
             lds = [t.stride(0) for t in self.tensors]
+            # the kernels are compiled for 16-byte-aligned rows (tl.multiple_of on address and stride)
             if any(p % 16 for p in ptrs) or any(ld % 16 for ld in lds):
-                raise FormatError("segment rows must start on 16-byte boundaries (row stride a multiple of 16)")
+                raise FormatError(
+                    "segment rows must start on 16-byte boundaries, with a row stride of a multiple of 16 elements"
+                )
             host = torch.tensor([ptrs, lds], dtype=torch.int64)
             dev = host.to(self.device, non_blocking=False)
             self._ptrs, self._ld, self._last = dev[0].contiguous(), dev[1].contiguous(), ptrs
@@ -163,6 +174,12 @@ class Sources:
 def _on_triton(device: torch.device) -> bool:
     """Whether the Triton segment kernels run on ``device`` (CUDA with Triton)."""
     return device.type == "cuda" and kernels.triton_available()
+
+
+def reads_by_address(device: torch.device) -> bool:
+    """Whether groups on ``device`` are read through an address table (the Triton kernels), so
+    their rows must start on 16-byte boundaries (:meth:`Sources.device_tables` checks)."""
+    return _on_triton(device)
 
 
 def _cuda_kernels() -> object:

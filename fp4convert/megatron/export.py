@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from fp4convert.contract import Contract, contract_hash, load_contract
-from fp4convert.megatron.plan import ContractLike, DialectLike
+from fp4convert.contract import contract_hash
+from fp4convert.megatron.plan import ContractLike, DialectLike, loaded_contract
 from fp4convert.megatron.sync import LiveExporter
 
 __all__ = ["export_hf"]
@@ -36,7 +36,7 @@ _CACHE_SIZE = 4
 
 
 def _exporter(contract: ContractLike, config: Mapping[str, Any], **kwargs: Any) -> LiveExporter:
-    the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
+    the_contract = loaded_contract(contract)
     key = (
         contract_hash(the_contract),
         json.dumps(dict(config), sort_keys=True, default=str),

@@ -23,7 +23,14 @@ import torch
 from fp4convert.dialects import OutputSpec
 from fp4convert.errors import FormatError
 from fp4convert.formats.nvfp4 import NVFP4Tensor
-from fp4convert.formats.segments import SegmentLayout, Sources, mxfp8_segments, nvfp4_segments, unit_amax
+from fp4convert.formats.segments import (
+    SegmentLayout,
+    Sources,
+    mxfp8_segments,
+    nvfp4_segments,
+    reads_by_address,
+    unit_amax,
+)
 from fp4convert.inventory import Role
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron.encode import encode_group
@@ -122,7 +129,7 @@ def bind_segments(
     ]
     try:
         sources.bind(views)
-        if first.is_cuda:
+        if reads_by_address(first.device):
             sources.device_tables()
     except FormatError:
         return False

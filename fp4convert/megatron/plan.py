@@ -16,6 +16,7 @@ it out unless ``include_input_scale=True``.
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.contract.shipped import resolve_contract_path
 from fp4convert.dialects import Dialect, get_dialect
 from fp4convert.errors import MappingError
 from fp4convert.families import family_for_config, get_family, inventory_from_config, load_config
@@ -36,7 +38,7 @@ from fp4convert.plan import (
     uncalibrated_modules,
 )
 
-__all__ = ["ExportPlan", "export_plan", "fused_members_phrase"]
+__all__ = ["ExportPlan", "export_plan", "fused_members_phrase", "loaded_contract"]
 
 ContractLike = Contract | str | Path
 DialectLike = Dialect | str
@@ -192,8 +194,33 @@ def _build(
     return plan
 
 
-_CACHE: OrderedDict[tuple[Any, ...], ExportPlan] = OrderedDict()
 _CACHE_SIZE = 8
+_CONTRACTS: OrderedDict[tuple[str, int], Contract] = OrderedDict()
+
+
+def loaded_contract(contract: ContractLike) -> Contract:
+    """``contract`` as a :class:`~fp4convert.contract.Contract`: a file or shipped name is parsed
+    once per version of the file (a training loop names the same contract at every sync).
+
+    Raises:
+        ContractError: as :func:`~fp4convert.contract.load_contract`.
+    """
+    if isinstance(contract, Contract):
+        return contract
+    path = Path(os.fspath(resolve_contract_path(contract)))
+    try:
+        key = (str(path.resolve()), path.stat().st_mtime_ns)
+    except OSError:
+        return load_contract(contract)  # the loader names what is wrong with it
+    found = _CONTRACTS.get(key)
+    if found is None:
+        found = _CONTRACTS[key] = load_contract(path)
+        while len(_CONTRACTS) > _CACHE_SIZE:
+            _CONTRACTS.popitem(last=False)
+    return found
+
+
+_CACHE: OrderedDict[tuple[Any, ...], ExportPlan] = OrderedDict()
 
 
 def export_plan(
@@ -228,7 +255,7 @@ def export_plan(
         >>> item.decision.format, [name.rsplit(".", 1)[1] for name, _, _ in item.outputs]
         ('nvfp4', ['weight', 'weight_scale', 'weight_scale_2'])
     """
-    the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
+    the_contract = loaded_contract(contract)
     the_config = dict(config) if isinstance(config, Mapping) else load_config(config)
     per_token = the_contract.formats.nvfp4.per_token_activations
     the_dialect = get_dialect(dialect, per_token_activations=per_token) if isinstance(dialect, str) else dialect

@@ -145,7 +145,7 @@ class LiveExporter:
             self._position[item.info.name] = position
             position += len(item.outputs)
         self.num_outputs = position
-        self._checked: set[tuple[str, tuple[int, ...]]] = set()
+        self._records: dict[tuple[str, tuple[int, ...]], tuple[bool, list[tuple[Piece, int]]]] = {}
         self._sets: list[_OutputSet] = []
         self.output_sets = output_sets
         self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
@@ -162,7 +162,7 @@ class LiveExporter:
         return out
 
     def _check(self, key: str, shape: tuple[int, ...], pieces: list[Piece]) -> None:
-        """Shapes against the config, once per (name, shape)."""
+        """Shapes against the config."""
         for piece in pieces:
             item = self.plan.item(piece.name)
             expected = tuple(item.info.shape)
@@ -172,7 +172,6 @@ class LiveExporter:
                     hint="pass tensor-parallel-gathered parameters (whole tensors) of this model",
                     tensor=key,
                 )
-        self._checked.add((key, shape))
 
     def _outputs(self, out: _OutputSet, item: PlannedTensor, tensor: torch.Tensor, piece: Piece) -> list[Pair]:
         """A high-precision item's output: the master tensor itself when it is the whole HF tensor
@@ -194,46 +193,57 @@ class LiveExporter:
         params = named_params.items() if isinstance(named_params, Mapping) else named_params
         out = self._free_set()
         groups = self.groups
+        sizes = [len(group.items) for group in groups]
         counts = [0] * len(groups)
         arrived: dict[tuple[str, int | None], torch.Tensor] = {}
         pieces_of: dict[str, Piece] = {}
+        records = self._records
         for key, tensor in params:
-            with torch.no_grad():
-                shape = tuple(tensor.shape)
-                pieces = self.names.pieces(key, shape)
-                if (key, shape) not in self._checked:
-                    self._check(key, shape, pieces)
-                if any(p.sub is not None for p in pieces):
-                    subs = unpack(
-                        key, tensor, experts_per_rank=self.names.per_rank, q_lora_rank=self.names.q_lora_rank
+            shape = tuple(tensor.shape)
+            record = records.get((key, shape))
+            if record is None:
+                record = self._record(key, shape)
+            stacked, members = record
+            if stacked:
+                subs = unpack(key, tensor, experts_per_rank=self.names.per_rank, q_lora_rank=self.names.q_lora_rank)
+                for index, (_, view) in enumerate(subs or []):
+                    arrived[(key, index)] = view
+            else:
+                arrived[(key, None)] = tensor
+            ready: list[tuple[int, Pair]] = []
+            for piece, g in members:
+                name = piece.name
+                if name in pieces_of:
+                    raise MappingError(
+                        f"`{name}` is produced twice (again from `{key}`)",
+                        hint="pass each tensor once, in one expert layout and one spelling",
+                        tensor=name,
                     )
-                    for index, (_, view) in enumerate(subs or []):
-                        arrived[(key, index)] = view
-                else:
-                    arrived[(key, None)] = tensor
-                ready: list[tuple[int, Pair]] = []
-                for piece in pieces:
-                    name = piece.name
-                    if name in pieces_of:
-                        raise MappingError(
-                            f"`{name}` is produced twice (again from `{key}`)",
-                            hint="pass each tensor once, in one expert layout and one spelling",
-                            tensor=name,
-                        )
-                    pieces_of[name] = piece
-                    member = self._member.get(name)
-                    if member is None:
-                        item = self.plan.items[name]
-                        position = self._position[name]
-                        ready += [(position, p) for p in self._outputs(out, item, arrived[(key, piece.sub)], piece)]
-                        continue
-                    g = member[0]
-                    counts[g] += 1
-                    if counts[g] == len(groups[g].items):
+                pieces_of[name] = piece
+                if g < 0:
+                    with torch.no_grad():
+                        outputs = self._outputs(out, self.plan.items[name], arrived[(key, piece.sub)], piece)
+                    position = self._position[name]
+                    ready += [(position, pair) for pair in outputs]
+                    continue
+                counts[g] += 1
+                if counts[g] == sizes[g]:
+                    with torch.no_grad():
                         ready += self._run(out, g, arrived, pieces_of)
             if ready:
                 yield ready
         yield from self._finish(out, counts, arrived, pieces_of)
+
+    def _record(self, key: str, shape: tuple[int, ...]) -> tuple[bool, list[tuple[Piece, int]]]:
+        """What a master tensor gives, resolved and checked once per (name, shape): whether it is
+        unpacked (stacked experts, fused MLA down projection), and each piece with its group (-1:
+        a high-precision tensor)."""
+        pieces = self.names.pieces(key, shape)
+        self._check(key, shape, pieces)
+        members = [(p, self._member[p.name][0] if p.name in self._member else -1) for p in pieces]
+        record = (any(p.sub is not None for p in pieces), members)
+        self._records[(key, shape)] = record
+        return record
 
     def _run(
         self,
@@ -301,11 +311,9 @@ class LiveExporter:
         pieces_of: Mapping[str, Piece],
     ) -> list[tuple[int, Pair]]:
         items = unit.items
-        values = [
-            piece_value(arrived[(pieces_of[i.info.name].key, pieces_of[i.info.name].sub)], pieces_of[i.info.name])
-            for i in items
-        ]
+        pieces = [pieces_of[i.info.name] for i in items]
         with torch.no_grad():
+            values = [piece_value(arrived[(p.key, p.sub)], p) for p in pieces]
             encoded = dict(encode_group(self.plan, items, values))
         ready: list[tuple[int, Pair]] = []
         for item in items:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.safetensors_io import dtype_name
-from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.contract import contract_hash
 from fp4convert.dialects import OutputSpec
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.families import load_config
@@ -34,7 +34,7 @@ from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
 from fp4convert.megatron.context import Context
-from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan
+from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, loaded_contract
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import MasterNames, Piece
 from fp4convert.megatron.sources import SafetensorsFolder, tensor_meta
@@ -330,7 +330,7 @@ def validate_export(
         >>> validate_export(exported, megatron, **kwargs).ok  # doctest: +SKIP
         True
     """
-    the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
+    the_contract = loaded_contract(contract)
     key = (
         contract_hash(the_contract),
         family,
