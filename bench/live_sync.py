@@ -9,8 +9,8 @@ experts, Megatron-Core names as the learner holds them, random BF16 values; no f
   kernels compiled; the reusable ``LiveExporter`` (whole update in plan order, and in 1 GB buckets);
 * ``validate_export`` of that export: first call (its plan and layouts built) and steady state;
 * the kernels: NVFP4 1x16 / 16x16 / row-scaled and MXFP8 row / col on one 14336x4096 weight, NVFP4 on
-  one layer's 128 experts stacked (98304x2048), one call each, and one grouped launch reading the
-  128 separate tensors in place;
+  one layer's 128 expert ``linear_fc1`` weights stacked (196608x2048: gate and up), one call each, and
+  one grouped launch reading the 128 separate tensors in place;
 * a byte check of a sample of the export against the CPU reference (the converter's arithmetic on
   the CPU), and that validate_export passed.
 
@@ -29,6 +29,7 @@ import argparse
 import gc
 import json
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -68,10 +69,11 @@ def _time(fn: Callable[[], object], device: str, repeat: int, warmup: int = 1) -
     return best
 
 
-def _master(layers: int, device: str, seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _master(layers: int, device: str, seed: int, experts: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(config, Megatron master) with random BF16 values, made one layer at a time on ``device``."""
     config = dict(load_config("Qwen3-30B-A3B"))
     config["num_hidden_layers"] = layers
+    config["num_experts"] = experts
     generator = torch.Generator(device=device).manual_seed(seed)
     by_layer: dict[int | None, list[Any]] = {}
     for info in inventory_from_config(config):
@@ -134,14 +136,16 @@ def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch
     out: dict[str, float] = {}
     _weight_rows(table, device, repeat)
     # one layer's 128 experts (gate/up): stacked, one call each, one grouped launch in place
-    experts = [master[f"decoder.layers.0.mlp.experts.linear_fc1.weight{e}"] for e in range(128)]
+    count = sum(1 for n in master if n.startswith("decoder.layers.0.mlp.experts.linear_fc1."))
+    experts = [master[f"decoder.layers.0.mlp.experts.linear_fc1.weight{e}"] for e in range(count)]
     n = sum(w.numel() for w in experts)
     moved = n * 2 + n // 2 + n // 16
     seconds = _stacked_seconds(experts, device, repeat)
-    table.add("NVFP4 98304x2048 (one layer's 128 experts, stacked, one call)", seconds, n * 2, moved)
+    rows, cols = n // experts[0].shape[1], experts[0].shape[1]
+    table.add(f"NVFP4 {rows}x{cols} (a layer's {count} expert fc1, stacked, one call)", seconds, n * 2, moved)
     out["stacked"] = n * 2 / seconds / GB
     seconds = _time(lambda: [quantize_nvfp4(w) for w in experts], device, max(1, repeat // 2))
-    table.add("NVFP4 the same 128 experts, one call each", seconds, n * 2, moved)
+    table.add(f"NVFP4 the same {count} experts, one call each", seconds, n * 2, moved)
     out["one_call_each"] = n * 2 / seconds / GB
     layout = SegmentLayout.of([w.shape[0] for w in experts], cols=experts[0].shape[1])
     sources = Sources(layout).bind(experts)
@@ -153,7 +157,7 @@ def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch
         nvfp4_segments(sources, amax, "te", tile="1x16", data=data, scale=scale)
 
     seconds = _time(grouped, device, repeat)
-    table.add("NVFP4 the same 128 experts, one grouped launch (in place)", seconds, n * 2, moved)
+    table.add(f"NVFP4 the same {count} experts, one grouped launch (in place)", seconds, n * 2, moved)
     out["grouped"] = n * 2 / seconds / GB
     return out
 
@@ -162,7 +166,8 @@ def _byte_check(exported: dict[str, torch.Tensor], master: dict[str, torch.Tenso
     """Sampled exported tensors against the converter's arithmetic on the CPU; returns tensors checked."""
     checked = 0
     for layer in sorted({0, layers - 1}):
-        for e in (0, 127):
+        last = plan.num_experts - 1
+        for e in sorted({0, last}):
             fc1 = master[f"decoder.layers.{layer}.mlp.experts.linear_fc1.weight{e}"].cpu()
             fc2 = master[f"decoder.layers.{layer}.mlp.experts.linear_fc2.weight{e}"].cpu()
             head = f"model.layers.{layer}.mlp.experts.{e}"
@@ -176,7 +181,7 @@ def _byte_check(exported: dict[str, torch.Tensor], master: dict[str, torch.Tenso
                 for name, want in encode_group(plan, items, values):
                     got = exported[name].cpu()
                     same = got.shape == want.shape and torch.equal(
-                        got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
+                        got.contiguous().reshape(-1).view(torch.uint8), want.contiguous().reshape(-1).view(torch.uint8)
                     )
                     if not same:
                         raise SystemExit(f"byte check failed: {name} differs from the CPU reference")
@@ -191,7 +196,6 @@ def _byte_check(exported: dict[str, torch.Tensor], master: dict[str, torch.Tenso
 
 def _validate_rows(
     table: Table,
-    exported: dict[str, torch.Tensor],
     master: dict[str, torch.Tensor],
     kwargs: dict[str, Any],
     plan: Any,
@@ -200,6 +204,7 @@ def _validate_rows(
 ) -> None:
     device = str(next(iter(master.values())).device)
     master_bytes = sum(t.numel() * t.element_size() for t in master.values())
+    exported = dict(export_hf(master.items(), **kwargs))
     started = time.perf_counter()
     report = validate_export(exported, master, **kwargs)
     _sync(device)
@@ -220,6 +225,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--contract", default="nvfp4-experts-per-token")
     parser.add_argument("--dialect", default="modelopt")
+    parser.add_argument("--experts", type=int, default=128, help="routed experts per layer (128: Qwen3-30B-A3B)")
     parser.add_argument("--skip-kernels", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -229,7 +235,7 @@ def main() -> None:
     print(f"{name}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
 
     started = time.perf_counter()
-    config, master = _master(layers, device, seed=0)
+    config, master = _master(layers, device, seed=0, experts=args.experts)
     _sync(device)
     master_bytes = sum(t.numel() * t.element_size() for t in master.values())
     print(f"master: {layers} layers, {master_bytes / GB:.2f} GB BF16, {len(master)} tensors "
@@ -249,45 +255,17 @@ def main() -> None:
     quantized_in = sum(i.info.numel * 2 for i in plan.items.values() if i.quantized)
     out_bytes = sum(i.output_bytes for i in plan.items.values() if i.quantized)
     moved = quantized_in + out_bytes  # BF16 tensors are handed over as they are (no bytes moved)
-
-    started = time.perf_counter()
-    exported = dict(export_hf(master.items(), **kwargs))
-    _sync(device)
-    cold = time.perf_counter() - started
-    count = len(exported)
-    table.add("export_hf, first call in the process", cold + plan_s, master_bytes, moved,
-              f"plan {plan_s:.2f} s + {cold:.2f} s: resolution, buffers, kernel compilation")  # fmt: skip
-    del exported
-
-    def export_once() -> None:
-        update = dict(export_hf(master.items(), **kwargs))
-        assert len(update) == count
-
-    steady = _time(export_once, device, args.repeat)
-    table.add(f"export_hf, steady state ({count} tensors)", steady, master_bytes, moved)
-    exporter = LiveExporter(contract=args.contract, config=config, dialect=args.dialect)
-    started = time.perf_counter()
-    first = exporter(master.items())
-    _sync(device)
-    fresh = time.perf_counter() - started
-    del first
-    table.add("LiveExporter, first call (plan cached, kernels compiled)", fresh, master_bytes, moved,
-              f"{fresh / steady:.1f}x steady")  # fmt: skip
-    seconds = _time(lambda: exporter(master.items()), device, args.repeat)
-    table.add("LiveExporter, steady state (whole update, plan order)", seconds, master_bytes, moved)
-    seconds = _time(lambda: list(exporter.buckets(master.items(), max_bytes=1 << 30)), device, args.repeat)
-    table.add("LiveExporter.buckets(max_bytes=1 GiB), steady state", seconds, master_bytes, moved)
+    steady = _guarded("export", _export_rows, table, master, kwargs, plan_s, moved, args.repeat)
     if device.startswith("cuda"):
         allocated, peak = torch.cuda.memory_allocated() / GB, torch.cuda.max_memory_allocated() / GB
         print(
-            f"    device memory: {allocated:.1f} GB allocated, {peak:.1f} GB peak; "
-            f"quantized output {out_bytes / GB:.2f} GB"
+            f"    device memory: {allocated:.1f} GB allocated, {peak:.1f} GB peak "
+            f"(master {master_bytes / GB:.1f} GB, quantized output {out_bytes / GB:.2f} GB per set)",
+            flush=True,
         )
-
-    _validate_rows(table, dict(exporter(master.items())), master, kwargs, plan, layers, args.repeat)
-
-    if not args.skip_kernels:
-        kernel = _kernel_rows(table, device, args.repeat, master)
+    _guarded("validate", _validate_rows, table, master, kwargs, plan, layers, args.repeat)
+    kernel = {} if args.skip_kernels else _guarded("kernels", _kernel_rows, table, device, args.repeat, master) or {}
+    if steady and kernel:
         export_rate = quantized_in / steady / GB
         stacked, grouped = kernel["stacked"], kernel["grouped"]
         print(
@@ -296,12 +274,55 @@ def main() -> None:
             "grouped launch",
             flush=True,
         )
+    print("\nsummary (issue 15's table):")
+    for row in table.rows:
+        pct = f"{row['roofline_pct']:5.1f}% of roofline" if "roofline_pct" in row else ""
+        print(f"  {row['what']:<62} {row['gbps']:9.1f} GB/s {row['seconds'] * 1e3:9.2f} ms  {pct} {row['note']}")
     if args.json:
-        print(
-            json.dumps(
-                {"device": name, "layers": layers, "master_gb": master_bytes / GB, "rows": table.rows}, indent=1
-            )
-        )
+        print(json.dumps({"device": name, "layers": layers, "master_gb": master_bytes / GB, "rows": table.rows}))
+
+
+def _guarded(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run one section; a failure is printed and the next section still runs (one device batch)."""
+    try:
+        return fn(*args)
+    except Exception as error:
+        print(f"!! {what} failed: {type(error).__name__}: {error}", flush=True)
+        traceback.print_exc(limit=4)
+        return None
+
+
+def _export_rows(
+    table: Table, master: dict[str, torch.Tensor], kwargs: dict[str, Any], plan_s: float, moved: int, repeat: int
+) -> float:
+    """export_hf first call and steady state, and the reusable exporter; returns export_hf's steady time."""
+    device = str(next(iter(master.values())).device)
+    master_bytes = sum(t.numel() * t.element_size() for t in master.values())
+    started = time.perf_counter()
+    count = len(dict(export_hf(master.items(), **kwargs)))
+    _sync(device)
+    cold = time.perf_counter() - started
+    table.add("export_hf, first call in the process", cold + plan_s, master_bytes, moved,
+              f"plan {plan_s:.2f} s + {cold:.2f} s: resolution, buffers, kernel compilation")  # fmt: skip
+
+    def export_once() -> None:
+        update = dict(export_hf(master.items(), **kwargs))
+        assert len(update) == count
+
+    steady = _time(export_once, device, repeat)
+    table.add(f"export_hf, steady state ({count} tensors)", steady, master_bytes, moved)
+    exporter = LiveExporter(contract=kwargs["contract"], config=kwargs["config"], dialect=kwargs["dialect"])
+    started = time.perf_counter()
+    assert len(exporter(master.items())) == count
+    _sync(device)
+    fresh = time.perf_counter() - started
+    table.add("export, first call of a new exporter (plan cached, compiled)", fresh, master_bytes, moved,
+              f"{fresh / steady:.1f}x steady")  # fmt: skip
+    seconds = _time(lambda: exporter(master.items()), device, repeat)
+    table.add("LiveExporter, steady state (whole update, plan order)", seconds, master_bytes, moved)
+    seconds = _time(lambda: list(exporter.buckets(master.items(), max_bytes=1 << 30)), device, repeat)
+    table.add("LiveExporter.buckets(max_bytes=1 GiB), steady state", seconds, master_bytes, moved)
+    return steady
 
 
 if __name__ == "__main__":

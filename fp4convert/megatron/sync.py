@@ -178,13 +178,18 @@ class LiveExporter:
         in the dtype it is sent in (:func:`~fp4convert.megatron.groups.sent_dtype`), else a copy
         (split rows, or a norm cast to the plan's dtype)."""
         name, _, shape = item.outputs[0]
-        value = piece_value(tensor, piece)
-        dtype = sent_dtype(item, value.dtype)
-        if piece.whole and value.dtype == dtype:
-            return [(name, value.detach())]
-        pair = out.copy_of(name, tuple(shape), dtype, value.device)
-        pair[1].copy_(value.reshape(shape))
-        return [(name, pair[1])]
+        dtype = sent_dtype(item, tensor.dtype)
+        if piece.whole and tensor.dtype == dtype:
+            return [(name, tensor.detach())]
+        buffer = out.copy_of(name, tuple(shape), dtype, tensor.device)[1]
+        if piece.whole:
+            buffer.copy_(tensor.reshape(shape))
+        else:  # each run of rows straight into place (q/k/v: one per query group)
+            row = 0
+            for start, count in piece.runs:
+                buffer[row : row + count].copy_(tensor[start : start + count])
+                row += count
+        return [(name, buffer)]
 
     def _events(
         self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
