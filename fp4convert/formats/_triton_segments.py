@@ -271,13 +271,42 @@ def _mxfp8_dense_kernel(
 
 
 @triton.jit
+def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr, BC: tl.constexpr):
+    """MXFP8 column blocks (32 consecutive rows of a column) of a row-major matrix, read and written
+    in its own layout: one program holds 32 rows x BC columns and takes each column's block amax."""
+    r = tl.program_id(0) * 32 + tl.arange(0, 32)
+    c = tl.program_id(1) * BC + tl.arange(0, BC)
+    ptrs = x_ptr + r[:, None] * ld + c[None, :]
+    if EVEN_C:
+        x = tl.load(ptrs).to(tl.float32)
+    else:
+        x = tl.load(ptrs, mask=(c < cols)[None, :], other=0.0).to(tl.float32)
+    m = tl.max(tl.abs(x), axis=0)
+    v = tl.where(m == m, m, 0.0) * 0.002232142956927418  # rn32(1/448), a multiply as in TE
+    b = v.to(tl.uint32, bitcast=True)
+    ex = (b >> 23) & 0xFF
+    man = b & 0x7FFFFF
+    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
+    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
+    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
+    code = _e4m3_signed(x * inv[None, :])
+    dptr = data_ptr + r[:, None] * cols + c[None, :]
+    sptr = scale_ptr + tl.program_id(0) * cols + c
+    if EVEN_C:
+        tl.store(dptr, code.to(tl.uint8))
+        tl.store(sptr, sc.to(tl.uint8))
+    else:
+        tl.store(dptr, code.to(tl.uint8), mask=(c < cols)[None, :])
+        tl.store(sptr, sc.to(tl.uint8), mask=c < cols)
+
+
+@triton.jit
 def _amax_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, cols,
     DT: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
 ):  # fmt: skip
-    """NaN-ignoring amax of each segment: one block's maximum, merged by an integer atomic max on
-    the float's bits (non-negative floats order as their bits; max is exact in any order).
-    ``out`` (int32 per segment) must start at 0."""
+    """Each segment's NaN-ignoring amax into ``out[segment]`` (int32 bits of the float; ``out``
+    starts at 0)."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -293,9 +322,45 @@ def _amax_seg_kernel(
             x = tl.load(ptrs).to(tl.float32)
         else:
             x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
-        acc = tl.maximum(acc, tl.abs(x))
+        acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
+    # non-negative floats order as their bits, and max is exact in any order: an integer atomic max
     best = tl.max(tl.max(acc, axis=1), axis=0)
     tl.atomic_max(out_ptr + seg, best.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _amax_dense_kernel(
+    x_ptr, ld, rows, out_ptr, cols, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr
+):
+    """One matrix's amax into ``out[0]`` (int32 bits): BR rows per program."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    rmask = r < rows
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    c = tl.arange(0, BC)
+    for c0 in range(0, cols, BC):
+        ptrs = x_ptr + r[:, None] * ld + (c0 + c)[None, :]
+        if EVEN_R and EVEN_C:
+            x = tl.load(ptrs).to(tl.float32)
+        else:
+            x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
+        acc = tl.maximum(acc, tl.abs(x))
+    best = tl.max(tl.max(acc, axis=1), axis=0)
+    tl.atomic_max(out_ptr, best.to(tl.int32, bitcast=True))
+
+
+def tensor_amax(x2d):
+    """NaN-ignoring amax of a contiguous-row matrix: a float32 0-d tensor, two launches."""
+    import torch
+
+    rows, cols = x2d.shape
+    out = torch.zeros(1, dtype=torch.int32, device=x2d.device)
+    if rows and cols:
+        br, bc = 16, 256
+        _amax_dense_kernel[(triton.cdiv(rows, br),)](
+            x2d, x2d.stride(0), rows, out, cols, EVEN_R=rows % br == 0, EVEN_C=cols % bc == 0, BR=br, BC=bc,
+            enable_fp_fusion=False,
+        )  # fmt: skip
+    return out.view(torch.float32).reshape(())
 
 
 def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool):
@@ -330,6 +395,22 @@ def mxfp8_dense(x2d):
     return data, scale
 
 
+def mxfp8_col_dense(x2d):
+    """MXFP8 column blocks of a contiguous-row matrix (rows % 32 == 0): data in its layout,
+    scales ``(rows / 32, cols)``."""
+    import torch
+
+    rows, cols = x2d.shape
+    data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
+    scale = torch.empty(rows // 32, cols, dtype=torch.uint8, device=x2d.device)
+    if rows and cols:
+        bc = 128
+        _mxfp8_col_kernel[(rows // 32, triton.cdiv(cols, bc))](
+            x2d, x2d.stride(0), data, scale, cols, EVEN_C=cols % bc == 0, BC=bc, enable_fp_fusion=False
+        )
+    return data, scale
+
+
 def launch_shape(cols: int, block: int) -> int:
     """Columns per inner step: up to 256 for NVFP4 (16 blocks of 16) and MXFP8 (8 blocks of 32),
     never past the row (a power of two; triton ranges must be)."""
@@ -340,12 +421,15 @@ def launch_shape(cols: int, block: int) -> int:
 
 
 __all__ = [
+    "_amax_dense_kernel",
     "_amax_seg_kernel",
     "_mxfp8_dense_kernel",
     "_mxfp8_seg_kernel",
     "_nvfp4_dense_kernel",
     "_nvfp4_seg_kernel",
     "launch_shape",
+    "mxfp8_col_dense",
     "mxfp8_dense",
     "nvfp4_dense",
+    "tensor_amax",
 ]

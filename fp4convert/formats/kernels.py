@@ -32,6 +32,7 @@ __all__ = [
     "PROFILE_CODES",
     "flashinfer_quantize_usable",
     "has_fast_path",
+    "mxfp8_col_matrix",
     "mxfp8_matrix",
     "mxfp8_segments",
     "native_available",
@@ -39,6 +40,7 @@ __all__ = [
     "nvfp4_segments",
     "row_amax",
     "segment_amax",
+    "tensor_amax",
     "tile_amax",
     "triton_available",
 ]
@@ -190,6 +192,16 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def tensor_amax(x2d: torch.Tensor) -> torch.Tensor | None:
+    """NaN-ignoring amax of a whole CUDA matrix in one pass (float32 0-d), or None where there is no
+    such kernel (the caller reduces :func:`row_amax`)."""
+    if not (x2d.is_cuda and triton_available()):
+        return None
+    from fp4convert.formats import _triton_segments
+
+    return _triton_segments.tensor_amax(contiguous_rows(x2d))
+
+
 def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
     """Fast path of :func:`fp4convert.formats.nvfp4.tile_amax` for a 2-D ``(M, N)`` matrix."""
     x2d = contiguous_rows(x2d)
@@ -284,6 +296,16 @@ def nvfp4_matrix(
 
     _run_rows(run, rows, cols, align=tile_rows)
     return data, scale
+
+
+def mxfp8_col_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """MXFP8 column blocks of ``x2d (M, N)`` (M % 32 == 0) read in place on CUDA: ``(data (M, N),
+    scale (M/32, N))``; None where there is no such kernel (the caller transposes)."""
+    if not (x2d.is_cuda and triton_available()):
+        return None
+    from fp4convert.formats import _triton_segments
+
+    return _triton_segments.mxfp8_col_dense(contiguous_rows(x2d))
 
 
 def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

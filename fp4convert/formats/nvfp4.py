@@ -143,6 +143,10 @@ def row_amax(x2d: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
 
 def _scope_amax(x: torch.Tensor, scope: str, backend: Backend) -> torch.Tensor:
     """NaN-ignoring amax per scope unit: ``()`` tensor, ``(M,)`` row, ``(E,)`` expert."""
+    if scope == "tensor" and backend == "auto":
+        whole = kernels.tensor_amax(x.reshape(-1, x.shape[-1]))
+        if whole is not None:
+            return whole
     rows = row_amax(x.reshape(-1, x.shape[-1]), backend=backend)
     if scope == "tensor":
         return rows.amax()

@@ -196,7 +196,7 @@ def segment_amax(sources: Sources) -> torch.Tensor:
         tables = layout.tables(sources.device)
         ptrs, lds = sources.device_tables()
         out = torch.zeros(len(layout.rows), dtype=torch.int32, device=sources.device)
-        bc = 512 if layout.cols >= 512 else ts.launch_shape(layout.cols, 16)  # type: ignore[attr-defined]
+        bc = ts.launch_shape(layout.cols, 16)  # type: ignore[attr-defined]
         grid = (tables["tab"].shape[0],)
         ts._amax_seg_kernel[grid](  # type: ignore[attr-defined]
             tables["tab"], ptrs, lds, tables["rows"], out, layout.cols, DT=_tl_dtype(sources.dtype),
