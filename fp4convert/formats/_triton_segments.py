@@ -142,7 +142,7 @@ def _nvfp4_rows(
     # [rows, blocks, half, 8]: a thread holds 8 consecutive values (one 16-byte load) and packs
     # their codes into one 32-bit word (little endian: element 2i in the low nibble of byte i)
     col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
-    ptrs = src + r[:, None, None, None] * ld + col
+    ptrs = src + r.to(tl.int64)[:, None, None, None] * ld + col  # 64-bit: tensors past 2^31 elements
     if EVEN_R and EVEN_C:
         x = tl.load(ptrs).to(tl.float32)
     else:
@@ -150,10 +150,10 @@ def _nvfp4_rows(
         x = tl.load(ptrs, mask=m4, other=0.0).to(tl.float32)
     codes, sf = _nvfp4_chunk(x, sdec, mult, PROFILE, TILE16)
     words = tl.sum(codes.to(tl.uint32) << (j * 4).to(tl.uint32)[None, None, None, :], axis=3)
-    sptr = scale_ptr + orow[:, None] * nblocks + blk[None, :]
+    sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
     wptr = (
         data_ptr.to(tl.pointer_type(tl.uint32))
-        + orow[:, None, None] * (cols // 8)
+        + orow.to(tl.int64)[:, None, None] * (cols // 8)
         + blk[None, :, None] * 2
         + h[None, None, :]
     )
@@ -220,10 +220,10 @@ def _mxfp8_rows(
     # [rows, blocks, quarter, 8]: a thread holds 8 consecutive values (one 16-byte load)
     col = blk[None, :, None, None] * 32 + q[None, None, :, None] * 8 + j[None, None, None, :]
     if EVEN_R and EVEN_C:
-        x = tl.load(src + r[:, None, None, None] * ld + col).to(tl.float32)
+        x = tl.load(src + r.to(tl.int64)[:, None, None, None] * ld + col).to(tl.float32)
     else:
         m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
-        x = tl.load(src + r[:, None, None, None] * ld + col, mask=m4, other=0.0).to(tl.float32)
+        x = tl.load(src + r.to(tl.int64)[:, None, None, None] * ld + col, mask=m4, other=0.0).to(tl.float32)
     v = _absmax(_absmax(x)) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
     b = v.to(tl.uint32, bitcast=True)
     ex = (b >> 23) & 0xFF
@@ -232,8 +232,8 @@ def _mxfp8_rows(
     sc = tl.where(ex == 0xFF, 0xFE, ex + up)
     inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
     code = _e4m3_signed(x * inv[:, :, None, None])
-    sptr = scale_ptr + orow[:, None] * nblocks + blk[None, :]
-    dptr = data_ptr + orow[:, None, None, None] * cols + col
+    sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
+    dptr = data_ptr + orow.to(tl.int64)[:, None, None, None] * cols + col
     if EVEN_R and EVEN_C:
         tl.store(sptr, sc.to(tl.uint8))
         tl.store(dptr, code.to(tl.uint8))
@@ -276,7 +276,7 @@ def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr
     in its own layout: one program holds 32 rows x BC columns and takes each column's block amax."""
     r = tl.program_id(0) * 32 + tl.arange(0, 32)
     c = tl.program_id(1) * BC + tl.arange(0, BC)
-    ptrs = x_ptr + r[:, None] * ld + c[None, :]
+    ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + c[None, :]
     if EVEN_C:
         x = tl.load(ptrs).to(tl.float32)
     else:
@@ -290,8 +290,8 @@ def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr
     sc = tl.where(ex == 0xFF, 0xFE, ex + up)
     inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
     code = _e4m3_signed(x * inv[None, :])
-    dptr = data_ptr + r[:, None] * cols + c[None, :]
-    sptr = scale_ptr + tl.program_id(0) * cols + c
+    dptr = data_ptr + r.to(tl.int64)[:, None] * cols + c[None, :]
+    sptr = scale_ptr + tl.program_id(0).to(tl.int64) * cols + c
     if EVEN_C:
         tl.store(dptr, code.to(tl.uint8))
         tl.store(sptr, sc.to(tl.uint8))
@@ -317,7 +317,7 @@ def _amax_seg_kernel(
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
     for c0 in range(0, cols, BC):
-        ptrs = src + r[:, None] * ld + (c0 + c)[None, :]
+        ptrs = src + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
         if EVEN_R and EVEN_C:
             x = tl.load(ptrs).to(tl.float32)
         else:
@@ -338,7 +338,7 @@ def _amax_dense_kernel(
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
     for c0 in range(0, cols, BC):
-        ptrs = x_ptr + r[:, None] * ld + (c0 + c)[None, :]
+        ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
         if EVEN_R and EVEN_C:
             x = tl.load(ptrs).to(tl.float32)
         else:
