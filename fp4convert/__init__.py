@@ -12,6 +12,7 @@ from fp4convert.version import __version__
 _EXPORTS: dict[str, str] = {
     "ConversionReport": "fp4convert.convert.execute",
     "DequantizeReport": "fp4convert.convert.dequantize",
+    "DoctorReport": "fp4convert.doctor",
     "ExportReport": "fp4convert.megatron",
     "Fp4ConvertError": "fp4convert.errors",
     "ImportReport": "fp4convert.megatron",
@@ -19,6 +20,7 @@ _EXPORTS: dict[str, str] = {
     "MXFP8Tensor": "fp4convert.formats",
     "convert_checkpoint": "fp4convert.convert.execute",
     "dequantize_checkpoint": "fp4convert.convert.dequantize",
+    "doctor_checkpoint": "fp4convert.doctor",
     "load_contract": "fp4convert.contract",
     "verify_checkpoint": "fp4convert.verify.checkpoint",
     "NVFP4Tensor": "fp4convert.formats",
@@ -35,6 +37,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [  # the public API; tests/test_public_api.py keeps it equal to _EXPORTS
     "ConversionReport",
     "DequantizeReport",
+    "DoctorReport",
     "ExportReport",
     "Fp4ConvertError",
     "ImportReport",
@@ -45,6 +48,7 @@ __all__ = [  # the public API; tests/test_public_api.py keeps it equal to _EXPOR
     "convert_checkpoint",
     "dequantize",
     "dequantize_checkpoint",
+    "doctor_checkpoint",
     "export_hf",
     "from_layout",
     "import_hf",
@@ -60,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fp4convert.contract import load_contract
     from fp4convert.convert.dequantize import DequantizeReport, dequantize_checkpoint
     from fp4convert.convert.execute import ConversionReport, convert_checkpoint
+    from fp4convert.doctor import DoctorReport, doctor_checkpoint
     from fp4convert.errors import Fp4ConvertError
     from fp4convert.formats import (
         MXFP8Tensor,

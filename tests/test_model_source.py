@@ -122,8 +122,9 @@ def test_a_name_no_family_knows_is_described_from_the_name_with_a_note() -> None
     assert notes == (
         "'decoder.layers.3.custom_proj.weight' was described from its name alone: no model family recognises it "
         "(tensor `decoder.layers.3.custom_proj.weight` is not a tensor of any supported family (deepseek_v3, "
-        "llama, qwen2, qwen3, qwen3_moe)); it is treated as a GEMM weight of unknown role, matched as a Megatron "
-        "name only (pass a model for the full picture)",
+        "glm4_moe, gpt_oss, llama, minimax_m2, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next)); "
+        "it is treated as a GEMM weight of unknown role, matched as a Megatron name only (pass a model for the "
+        "full picture)",
     )
     hf_tensor, hf_namespace, _ = describe_tensor_name("model.layers.1.custom.weight")
     assert (hf_tensor.layer, hf_tensor.megatron_name, hf_namespace) == (1, None, "hf")

@@ -30,6 +30,7 @@ def test_every_report_a_public_function_returns_is_public():
         "dequantize_checkpoint": "DequantizeReport",
         "import_hf": "ImportReport",
         "validate_export": "ExportReport",
+        "doctor_checkpoint": "DoctorReport",
     }
     for function, report in returns.items():
         assert typing.get_type_hints(getattr(fp4convert, function))["return"] is getattr(fp4convert, report)

@@ -18,6 +18,7 @@ from fp4convert.cli.convert import convert
 from fp4convert.cli.demo import demo
 from fp4convert.cli.dequantize import dequantize
 from fp4convert.cli.diff import diff
+from fp4convert.cli.doctor import doctor
 from fp4convert.cli.explain import explain
 from fp4convert.cli.golden import golden
 from fp4convert.cli.plan import plan
@@ -39,6 +40,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     golden,
     convert,
     verify,
+    doctor,
     dequantize,
     contract,
     explain,

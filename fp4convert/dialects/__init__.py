@@ -5,24 +5,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fp4convert.dialects.base import Dialect, OutputSpec, Planned, exclude_list, module_of
+from fp4convert.dialects.base import FUSED_ENGINE_NAMES, LM_HEAD, Dialect, OutputSpec, Planned, exclude_list, module_of
 from fp4convert.dialects.compressed_tensors import CompressedTensorsDialect
+from fp4convert.dialects.config_view import ConfigView, Scheme
 from fp4convert.dialects.modelopt import ModelOptDialect
 from fp4convert.dialects.sglang_mxfp8 import SGLangMXFP8Dialect
 from fp4convert.errors import ConversionError
 
 __all__ = [
     "DIALECTS",
+    "FUSED_ENGINE_NAMES",
+    "LM_HEAD",
     "CompressedTensorsDialect",
+    "ConfigView",
     "Dialect",
     "ModelOptDialect",
     "OutputSpec",
     "Planned",
     "SGLangMXFP8Dialect",
+    "Scheme",
     "dialect_for_config",
     "exclude_list",
     "get_dialect",
     "module_of",
+    "spellings_of",
     "stored_format",
 ]
 
@@ -70,6 +76,28 @@ def stored_format(leaf_dtypes: Mapping[str, str]) -> str:
             if fmt in cls.formats and leaf_dtypes.get(cls.suffixes[fmt]["data"]) == cls.output_dtypes[fmt]["data"]:
                 return fmt
     return "absent" if "weight" not in leaf_dtypes else "bf16"
+
+
+def spellings_of(leaf_dtypes: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Every ``(dialect, format)`` whose data, block-scale and global-scale tensors one module holds,
+    each with the dialect's dtype (stricter than :func:`stored_format`, which looks at the data
+    tensor alone: an FP8 block-scaled ``weight`` with an F32 ``weight_scale_inv`` is no MXFP8).
+
+    Example:
+        >>> spellings_of({"weight": "F8_E4M3", "weight_scale_inv": "U8"})
+        [('sglang-mxfp8', 'mxfp8')]
+        >>> spellings_of({"weight": "F8_E4M3", "weight_scale": "U8"})
+        [('modelopt', 'mxfp8'), ('compressed-tensors', 'mxfp8')]
+        >>> spellings_of({"weight": "F8_E4M3", "weight_scale_inv": "F32"})
+        []
+    """
+    found = []
+    for cls in DIALECTS.values():
+        for fmt in sorted(cls.formats, reverse=True):  # nvfp4 before mxfp8
+            roles = [r for r in ("data", "scale", "global") if r in cls.suffixes[fmt]]
+            if all(leaf_dtypes.get(cls.suffixes[fmt][r]) == cls.output_dtypes[fmt][r] for r in roles):
+                found.append((cls.name, fmt))
+    return found
 
 
 def get_dialect(name: str, *, per_token_activations: bool = True) -> Dialect:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from fp4convert.contract import Contract, Decision
+from fp4convert.dialects.config_view import ConfigView
 from fp4convert.errors import ConversionError
 from fp4convert.formats.mxfp8 import MXFP8Tensor
 from fp4convert.formats.nvfp4 import NVFP4Tensor
@@ -24,7 +25,16 @@ from fp4convert.inventory import Role, TensorInfo
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES, safetensors_code, torch_dtype
 from fp4convert.version import __version__
 
-__all__ = ["Dialect", "OutputSpec", "Planned", "exclude_list", "module_of", "producer"]
+__all__ = [
+    "FUSED_ENGINE_NAMES",
+    "LM_HEAD",
+    "Dialect",
+    "OutputSpec",
+    "Planned",
+    "exclude_list",
+    "module_of",
+    "producer",
+]
 
 #: (name, safetensors dtype, shape) of one output tensor
 OutputSpec = tuple[str, str, tuple[int, ...]]
@@ -100,6 +110,12 @@ class Dialect(abc.ABC):
     #: leaf names of tensors that scale activations or the KV cache, as any engine spells them:
     #: never weights (``dequantize`` drops them)
     activation_scale_names: ClassVar[tuple[str, ...]] = ("input_scale", "input_global_scale", "k_scale", "v_scale")
+    #: whether the engines' matcher for this dialect's exclude list expands ``*`` (fnmatch)
+    exclude_wildcards: ClassVar[bool] = True
+
+    def exclude_patterns(self, items: Iterable[Planned]) -> list[str]:
+        """The exclude list in this dialect's spelling (:func:`exclude_list`)."""
+        return exclude_list(items, wildcards=self.exclude_wildcards)
 
     def output_name(self, module: str, fmt: str, role: str) -> str | None:
         """The tensor name of ``role`` for a ``fmt`` module, None when the dialect has no such tensor.
@@ -111,6 +127,34 @@ class Dialect(abc.ABC):
         """
         leaf = self.suffixes.get(fmt, {}).get(role)
         return None if leaf is None else f"{module}.{leaf}"
+
+    def tensor_problems(self, module: str, fmt: str, dtypes: Mapping[str, str]) -> list[tuple[str, str, str | None]]:
+        """The tensors a ``fmt`` module lacks or stores with another dtype than this dialect's.
+
+        Args:
+            module: the module name.
+            fmt: ``nvfp4`` or ``mxfp8``.
+            dtypes: tensor name -> safetensors dtype of what is stored (other modules' names may be there).
+
+        Returns:
+            ``(role, tensor name, stored dtype or None when missing)`` per problem. The activation
+            scale is never required here: whether one is needed depends on the activation mode.
+
+        Example:
+            >>> from fp4convert.dialects import get_dialect
+            >>> get_dialect("modelopt").tensor_problems("m", "nvfp4", {"m.weight": "U8", "m.weight_scale": "U8"})
+            [('scale', 'm.weight_scale', 'U8'), ('global', 'm.weight_scale_2', None)]
+        """
+        problems: list[tuple[str, str, str | None]] = []
+        for role, dtype in self.output_dtypes[fmt].items():
+            name = self.output_name(module, fmt, role)
+            if name is None or role == "input":
+                continue
+            if name not in dtypes:
+                problems.append((role, name, None))
+            elif dtypes[name] != dtype:
+                problems.append((role, name, dtypes[name]))
+        return problems
 
     def decode_scale(self, stored: torch.Tensor) -> torch.Tensor:
         """The float32 decode scale (``e2m1 * weight_scale * it`` = the weight) from the stored global scale.
@@ -191,6 +235,11 @@ class Dialect(abc.ABC):
         """Extra JSON files (name -> content), e.g. ModelOpt's hf_quant_config.json."""
         return {}
 
+    @abc.abstractmethod
+    def read_config(self, quantization: Mapping[str, Any]) -> ConfigView:
+        """Read a ``quantization_config`` of this dialect back, whoever wrote it (or, for a
+        dialect with a side file, that file's content): see :class:`ConfigView`."""
+
 
 def _safetensors_code(name: str) -> str:
     """The safetensors code a tensor of torch dtype ``name`` is stored with."""
@@ -208,26 +257,46 @@ def calibrated_decode_scale(input_amax: float | None) -> torch.Tensor:
     return torch.div(torch.tensor(input_amax, dtype=torch.float32), torch.tensor(NVFP4_GLOBAL_MAX))
 
 
-# Fused siblings engines load into one parameter: if all listed HF modules are excluded, the fused
-# engine-side name is excluded too (Miles `_augment_ignore_list`).
-_FUSED_ENGINE_NAMES = (
+#: Fused siblings engines load into one Linear, and the name the engine gives the fused layer: when
+#: every listed HF module is excluded, the fused engine-side name is excluded too (Miles
+#: ``_augment_ignore_list``; SGLang's ModelOpt matcher sees only the fused name).
+FUSED_ENGINE_NAMES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("q_proj", "k_proj", "v_proj"), "qkv_proj"),
     (("gate_proj", "up_proj"), "gate_up_proj"),
 )
+#: The module a causal LM's output projection has in every engine. A tied-embedding model stores no
+#: ``lm_head`` tensor, but engines still build the layer (vLLM a ``ParallelLMHead``, quantized unless
+#: excluded), so a BF16 lm_head is excluded whether it is stored or tied.
+LM_HEAD = "lm_head"
 
 
-def exclude_list(items: Iterable[Planned]) -> list[str]:
+def exclude_list(items: Iterable[Planned], *, wildcards: bool = True) -> list[str]:
     """HF module names engines must load in high precision: every BF16 GEMM module.
 
     A layer whose routed experts stay BF16 is excluded as its ``...mlp.experts`` container
-    (engines decide per FusedMoE). A module excluded in every decoder layer is written once with
-    ``*`` for the layer index (fnmatch, as ModelOpt / SGLang / vLLM match it).
+    (engines decide per FusedMoE). The tied lm_head of a model with an embedding and no lm_head
+    tensor is excluded as :data:`LM_HEAD`. With ``wildcards`` a module excluded in every decoder
+    layer is written once with ``*`` for the layer index (fnmatch, as the ModelOpt loaders of
+    SGLang, vLLM and TensorRT-LLM match it); without, every module is named (matchers that take
+    exact names only: compressed-tensors' ``ignore``, SGLang's ``modules_to_not_convert``).
+
+    Example:
+        >>> from fp4convert.contract import load_contract
+        >>> from fp4convert.inventory import TensorInfo
+        >>> contract = load_contract("nvfp4-experts-per-token")
+        >>> tensors = [TensorInfo("model.embed_tokens.weight", (8, 16), role=Role.EMBEDDING),
+        ...            TensorInfo("model.layers.0.self_attn.o_proj.weight", (16, 16), role=Role.ATTENTION,
+        ...                       layer=0, gemm_weight=True)]
+        >>> exclude_list([Planned(t, contract.decide(t, num_layers=1)) for t in tensors])
+        ['lm_head', 'model.layers.*.self_attn.o_proj']
     """
     excluded: set[str] = set()
     per_layer: dict[str, set[int]] = {}
     layers: set[int] = set()
+    roles: set[Role] = set()
     for item in items:
         info = item.info
+        roles.add(info.role)
         if info.layer is not None:
             layers.add(info.layer)
         if not info.gemm_weight or item.quantized:
@@ -236,11 +305,15 @@ def exclude_list(items: Iterable[Planned]) -> list[str]:
         if info.role is Role.ROUTED_EXPERT and info.layer is not None:
             module = module.split(".experts.", 1)[0] + ".experts"
         excluded.add(module)
+    if Role.EMBEDDING in roles and Role.LM_HEAD not in roles:
+        excluded.add(LM_HEAD)  # tied to the embedding: no tensor, but the engine builds the layer
     for module in list(excluded):
-        for parts, fused in _FUSED_ENGINE_NAMES:
+        for parts, fused in FUSED_ENGINE_NAMES:
             head, _, last = module.rpartition(".")
             if last == parts[0] and all(f"{head}.{p}" in excluded for p in parts):
                 excluded.add(f"{head}.{fused}")
+    if not wildcards:
+        return sorted(excluded)
     # Collapse "model.layers.N.<rest>" when <rest> is excluded for every layer index.
     result: set[str] = set()
     for module in excluded:

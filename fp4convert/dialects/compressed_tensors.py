@@ -15,13 +15,14 @@ engine must quantize activations per token itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 
 from fp4convert.contract import Contract
-from fp4convert.dialects.base import Dialect, Planned, activation_mode_note, exclude_list
+from fp4convert.dialects.base import Dialect, Planned, activation_mode_note
+from fp4convert.dialects.config_view import Activations, ConfigView, Scheme, mapping, string_list
 from fp4convert.formats import profiles
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.spec import NVFP4_GLOBAL_MAX
@@ -60,6 +61,8 @@ _INPUTS = {
 class CompressedTensorsDialect(Dialect):
     name: ClassVar[str] = "compressed-tensors"
     quant_method: ClassVar[str] = "compressed-tensors"
+    # vLLM and SGLang match `ignore` entries exactly or as `re:` regexes, never as fnmatch patterns.
+    exclude_wildcards: ClassVar[bool] = False
     stores_encode_scale: ClassVar[bool] = True
     formats: ClassVar[frozenset[str]] = frozenset({"nvfp4", "mxfp8"})
     suffixes: ClassVar[dict[str, dict[str, str]]] = {
@@ -108,8 +111,76 @@ class CompressedTensorsDialect(Dialect):
             "format": top_format,
             "quantization_status": "compressed",
             "config_groups": groups,
-            "ignore": exclude_list(items),
+            "ignore": self.exclude_patterns(items),
             "kv_cache_scheme": None,
         }
         config.update(activation_mode_note(contract, items))
         return config
+
+    def read_config(self, quantization: Mapping[str, Any]) -> ConfigView:
+        """Read ``config_groups`` back: exact targets are listed, ``re:`` targets are patterns, class
+        targets (``Linear``) give the default scheme; ``ignore`` is the exclude list.
+
+        Example:
+            >>> from fp4convert.dialects import get_dialect
+            >>> view = get_dialect("compressed-tensors").read_config({"config_groups": {"group_0": {
+            ...     "targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "group_size": 16,
+            ...     "strategy": "tensor_group"}, "input_activations": None}}, "ignore": ["lm_head"]})
+            >>> view.default.format, view.default.activations, view.excluded
+            ('nvfp4', 'none', ('lm_head',))
+        """
+        problems: list[tuple[str, str]] = []
+        default = None
+        listed: dict[str, Scheme] = {}
+        patterns: list[tuple[str, Scheme]] = []
+        for group_name, group in mapping(quantization.get("config_groups")).items():
+            group = mapping(group)
+            scheme = _group_scheme(group, str(quantization.get("format", "")))
+            if scheme.format == "nvfp4" and mapping(group.get("weights")).get("strategy") != "tensor_group":
+                problems.append(
+                    (
+                        "all",
+                        f"config group {group_name}: NVFP4 weights without strategy tensor_group are not "
+                        "detected as NVFP4 by vLLM or SGLang",
+                    )
+                )
+            for target in string_list(group.get("targets")) or ():
+                if target.startswith("re:"):
+                    patterns.append((target[3:], scheme))
+                elif "." not in target and target[:1].isupper():
+                    default = scheme  # a module class (Linear): every such module not ignored
+                else:
+                    listed[target] = scheme
+        if not (default or listed or patterns):
+            problems.append(("all", "config_groups targets no module"))
+        excluded = string_list(quantization.get("ignore")) if quantization.get("ignore") is not None else ()
+        if excluded is None:
+            problems.append(("all", "ignore is not a list of module names"))
+            excluded = ()
+        return ConfigView(
+            self.name,
+            str(quantization.get("format", "")),
+            default=default,
+            listed=listed,
+            patterns=tuple(patterns),
+            excluded=excluded,
+            per_token_note="fp4convert_activation_mode" in quantization,
+            problems=tuple(problems),
+        )
+
+
+def _group_scheme(group: Mapping[str, Any], top_format: str) -> Scheme:
+    """A config group's scheme from its weight and activation arguments."""
+    weights = mapping(group.get("weights"))
+    bits, size, kind = weights.get("num_bits"), weights.get("group_size"), weights.get("type")
+    fmt = "other"
+    if kind == "float" and (bits, size) == (4, 16):
+        fmt = "nvfp4"
+    elif kind == "float" and (bits, size) == (8, 32) and weights.get("strategy") == "group":
+        fmt = "mxfp8"
+    inputs = group.get("input_activations")
+    activations: Activations = "none"
+    if isinstance(inputs, Mapping):
+        # "local": dynamic block scales under a static global one (input_global_scale)
+        activations = "dynamic" if inputs.get("dynamic") is True else "static"
+    return Scheme(fmt, activations, str(group.get("format") or top_format))

@@ -14,7 +14,7 @@ config.json too (without it SGLang silently picks its legacy ``w4afp8`` path).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -25,9 +25,9 @@ from fp4convert.dialects.base import (
     Planned,
     activation_mode_note,
     calibrated_decode_scale,
-    exclude_list,
     producer,
 )
+from fp4convert.dialects.config_view import ConfigView, Scheme, mapping, string_list
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 
 __all__ = ["ModelOptDialect"]
@@ -38,6 +38,20 @@ _GROUP = {
     "mxfp8": {"dynamic": False, "num_bits": 8, "type": "float", "group_size": 32},
 }
 _KV = {"bf16": None, "fp8_e4m3": "FP8"}
+# What each quant_algo a reader may meet means (ModelOpt's NVFP4 is W4A4 with a static activation
+# scale; W4A16_NVFP4 is weight-only; MXFP8 activations are dynamic); anything else is not a format
+# fp4convert stores (FP8 variants, AWQ ...).
+_SCHEMES = {
+    "NVFP4": Scheme("nvfp4", "static", "NVFP4"),
+    "W4A16_NVFP4": Scheme("nvfp4", "none", "W4A16_NVFP4"),
+    "MXFP8": Scheme("mxfp8", "dynamic", "MXFP8"),
+}
+_PER_TOKEN_KEY = "fp4convert_activation_mode"
+
+
+def _scheme(algo: Any) -> Scheme:
+    name = str(algo or "").upper()
+    return _SCHEMES.get(name, Scheme("other", "static", name))
 
 
 class ModelOptDialect(Dialect):
@@ -82,7 +96,7 @@ class ModelOptDialect(Dialect):
             if fmt == "nvfp4":
                 group["input_activations"] = dict(_GROUP[fmt])
             config["config_groups"] = {"group_0": group}
-            config["ignore"] = exclude_list(items)
+            config["ignore"] = self.exclude_patterns(items)
             config["group_size"] = _ALGO[fmt]["group_size"]
         if contract.kv_cache == "fp8_e4m3":
             config["kv_cache_scheme"] = {"dynamic": False, "num_bits": 8, "type": "float"}
@@ -97,5 +111,75 @@ class ModelOptDialect(Dialect):
         else:
             # vLLM's nested NVFP4/MXFP8 parser requires these keys to exist (null is fine).
             quantization["group_size"] = _ALGO[used.pop()]["group_size"] if used else None
-            quantization["exclude_modules"] = exclude_list(items)
+            quantization["exclude_modules"] = self.exclude_patterns(items)
         return {self.side_file_names[0]: {"producer": producer(), "quantization": quantization}}
+
+    def read_config(self, quantization: Mapping[str, Any]) -> ConfigView:
+        """Read the flat form (config.json) or the nested one (``hf_quant_config.json``, whose
+        ``quantization`` block holds ``exclude_modules``).
+
+        Example:
+            >>> from fp4convert.dialects import get_dialect
+            >>> view = get_dialect("modelopt").read_config({"quant_method": "modelopt", "quant_algo": "NVFP4",
+            ...     "config_groups": {"g": {"weights": {"group_size": 16}}}, "ignore": ["lm_head"]})
+            >>> view.default.format, view.default.activations, view.excluded, view.problems
+            ('nvfp4', 'static', ('lm_head',), ())
+        """
+        nested = isinstance(quantization.get("quantization"), Mapping)
+        inner = mapping(quantization.get("quantization")) if nested else quantization
+        algo = str(inner.get("quant_algo") or "").upper()
+        key = "exclude_modules" if nested else "ignore"
+        problems: list[tuple[str, str]] = []
+        excluded = string_list(inner.get(key)) if inner.get(key) is not None else ()
+        if excluded is None:
+            problems.append(("all", f"{key} is not a list of module names"))
+            excluded = ()
+        listed: dict[str, Scheme] = {}
+        default = None
+        if algo == "MIXED_PRECISION":
+            layers = mapping(inner.get("quantized_layers"))
+            listed = {name: _scheme(mapping(entry).get("quant_algo")) for name, entry in layers.items()}
+            if not listed:
+                problems.append(
+                    (
+                        "sglang",
+                        "quant_algo MIXED_PRECISION without quantized_layers: SGLang takes its legacy w4afp8 "
+                        "path (it reads quantized_layers from config.json, not hf_quant_config.json)",
+                    )
+                )
+        elif not algo:
+            problems.append(("all", "no quant_algo: the loaders cannot tell the format"))
+        else:
+            default = _scheme(algo)
+            if nested:
+                needed = ("kv_cache_quant_algo", "exclude_modules") + (
+                    ("group_size",) if default.format == "nvfp4" else ()
+                )
+                missing = [k for k in needed if k not in inner]
+                if missing:
+                    problems.append(
+                        ("vllm", f"the nested form lacks {', '.join(missing)}, which vLLM's parser requires")
+                    )
+            elif default.format == "nvfp4" and not _group_size(quantization):
+                problems.append(
+                    (
+                        "sglang",
+                        "no group_size (in config_groups.*.weights or at the top): SGLang's ModelOpt FP4 parser "
+                        "raises without one",
+                    )
+                )
+        return ConfigView(
+            self.name,
+            algo,
+            default=default,
+            listed=listed,
+            excluded=excluded,
+            exclude_key=key,
+            per_token_note=_PER_TOKEN_KEY in quantization or _PER_TOKEN_KEY in inner,
+            problems=tuple(problems),
+        )
+
+
+def _group_size(quantization: Mapping[str, Any]) -> bool:
+    groups = mapping(quantization.get("config_groups")).values()
+    return "group_size" in quantization or any("group_size" in mapping(mapping(g).get("weights")) for g in groups)

@@ -1,13 +1,14 @@
 """Model families: HF <-> Megatron-Core names, tensor inventories, and layout transforms.
 
-A family is a table (``llama.py``, ``qwen2.py``, ``qwen3.py``, ``qwen3_moe.py``, ``deepseek_v3.py``)
-registered in ``_builtin.py``. The name grammar shared by all tables is ``_grammar.py``, the typed
-entries ``_tables.py``, name resolution ``_mapper.py``, inventories and descriptions
-``_inventory.py``, Megatron-Core's other spellings (local / ModelOpt specs, MTP names across versions,
-stacked experts, MLA's fused down projection) ``_spelling.py``, state-dict conversion ``_convert.py``,
-and the pure tensor transforms
+A family is a table (``llama.py``, ``qwen2.py``, ``qwen3.py``, ``qwen3_moe.py``, ``deepseek_v3.py``
+(also Kimi-K2), ``mixtral.py``, ``qwen2_moe.py``, ``minimax_m2.py``, ``glm4_moe.py``, ``gpt_oss.py``,
+``qwen3_next.py``) registered in ``_builtin.py``. The name grammar shared by all tables is
+``_grammar.py``, the typed entries ``_tables.py``, the entries several tables share ``_common.py``,
+name resolution ``_mapper.py``, inventories and descriptions ``_inventory.py``, Megatron-Core's other
+spellings (local / ModelOpt specs, MTP names across versions, stacked experts, MLA's fused down
+projection) ``_spelling.py``, state-dict conversion ``_convert.py``, and the pure tensor transforms
 :mod:`fp4convert.families.transforms`. Adding a family is a new table plus one line in
-``BUILTIN_FAMILIES``.
+``BUILTIN_FAMILIES`` (docs/families.md walks through one).
 
 Example:
     >>> info = describe_name("model.layers.3.mlp.experts.7.up_proj.weight")

@@ -8,15 +8,33 @@ from typing import Any
 from fp4convert.families._registry import FamilyRegistry
 from fp4convert.families._tables import Family, FamilyKey
 from fp4convert.families.deepseek_v3 import DEEPSEEK_V3
+from fp4convert.families.glm4_moe import GLM4_MOE
+from fp4convert.families.gpt_oss import GPT_OSS
 from fp4convert.families.llama import LLAMA
+from fp4convert.families.minimax_m2 import MINIMAX_M2
+from fp4convert.families.mixtral import MIXTRAL
 from fp4convert.families.qwen2 import QWEN2
+from fp4convert.families.qwen2_moe import QWEN2_MOE
 from fp4convert.families.qwen3 import QWEN3
 from fp4convert.families.qwen3_moe import QWEN3_MOE
+from fp4convert.families.qwen3_next import QWEN3_NEXT
 
 __all__ = ["BUILTIN_FAMILIES", "REGISTRY", "family_for_config", "get_family", "register_family"]
 
 #: The families fp4convert ships, registered in this order (tests/families/test_registry.py pins it).
-BUILTIN_FAMILIES: tuple[Family, ...] = (LLAMA, QWEN2, QWEN3, QWEN3_MOE, DEEPSEEK_V3)
+BUILTIN_FAMILIES: tuple[Family, ...] = (
+    LLAMA,
+    QWEN2,
+    QWEN3,
+    QWEN3_MOE,
+    DEEPSEEK_V3,
+    MIXTRAL,
+    QWEN2_MOE,
+    MINIMAX_M2,
+    GLM4_MOE,
+    GPT_OSS,
+    QWEN3_NEXT,
+)
 
 #: The registry every public function of :mod:`fp4convert.families` uses.
 REGISTRY = FamilyRegistry()

@@ -9,18 +9,35 @@ from __future__ import annotations
 
 from fp4convert.errors import MappingError
 from fp4convert.families._config import ModelConfig
-from fp4convert.families._tables import QKV, Direct, Features, GatedMLP, embedding, linear, norm, vector
+from fp4convert.families._tables import (
+    QKV,
+    Direct,
+    Features,
+    GatedMLP,
+    HFTensor,
+    SharedCopy,
+    embedding,
+    linear,
+    norm,
+    vector,
+)
 from fp4convert.inventory import Role
 
 __all__ = [
+    "BLOCK_SPARSE_MOE",
+    "DEEPSEEK_MTP_GLUE",
     "DENSE_MLP",
     "GLOBALS",
     "GQA_ATTENTION",
     "QK_NORM",
     "ROUTED_EXPERTS",
+    "SHARED_EXPERTS",
+    "SHARED_EXPERT_GATED",
     "dense_features",
     "gqa_dims",
     "model_features",
+    "router_expert_bias",
+    "sparse_step_is_moe",
 ]
 
 #: Embedding, final norm and (unless tied to the embedding) the output layer.
@@ -105,6 +122,104 @@ ROUTED_EXPERTS = (
         requires=("moe",),
     ),
 )
+
+
+def router_expert_bias(hf_name: str, dtype: str | None) -> Direct:
+    """The router's aux-loss-free balancing bias (``e_score_correction_bias``): Megatron-Core's
+    ``mlp.router.expert_bias``; a router tensor, not a GEMM operand."""
+    return Direct(
+        "mlp.router.expert_bias", vector(hf_name, "num_experts", Role.ROUTER, dtype=dtype), requires=("moe",)
+    )
+
+
+#: DeepSeek-V3 / GLM-4.5 shared experts (``mlp.shared_experts``, plural): one SwiGLU MLP of width
+#: ``moe_intermediate * n_shared_experts`` (Megatron-Bridge deepseek/common.py, glm/glm45_bridge.py).
+SHARED_EXPERTS = (
+    GatedMLP(
+        "mlp.shared_experts.linear_fc1.weight",
+        gate=linear("mlp.shared_experts.gate_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
+        up=linear("mlp.shared_experts.up_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
+        requires=("shared_experts",),
+    ),
+    Direct(
+        "mlp.shared_experts.linear_fc2.weight",
+        linear("mlp.shared_experts.down_proj.weight", ("hidden", "shared_intermediate"), Role.SHARED_EXPERT),
+        requires=("shared_experts",),
+    ),
+)
+
+#: Qwen2-MoE / Qwen3-Next: one shared expert (``mlp.shared_expert``, singular) whose output is scaled
+#: by ``sigmoid(shared_expert_gate(x))``; Megatron-Core's ``moe_shared_expert_gate`` keeps that
+#: ``[1, hidden]`` weight as ``shared_experts.gate_weight`` (Megatron-Bridge qwen3_next_bridge.py).
+#: The gate is a router-like decision, so it carries the router role a contract keeps BF16.
+SHARED_EXPERT_GATED = (
+    GatedMLP(
+        "mlp.shared_experts.linear_fc1.weight",
+        gate=linear("mlp.shared_expert.gate_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
+        up=linear("mlp.shared_expert.up_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
+        requires=("moe",),
+    ),
+    Direct(
+        "mlp.shared_experts.linear_fc2.weight",
+        linear("mlp.shared_expert.down_proj.weight", ("hidden", "shared_intermediate"), Role.SHARED_EXPERT),
+        requires=("moe",),
+    ),
+    Direct(
+        "mlp.shared_experts.gate_weight",
+        linear("mlp.shared_expert_gate.weight", ("one", "hidden"), Role.ROUTER),
+        requires=("moe",),
+    ),
+)
+
+#: Mixtral / MiniMax-M2's ``block_sparse_moe``: router ``gate`` and per-expert ``w1`` (gate), ``w3``
+#: (up), ``w2`` (down), as the hub checkpoints and transformers' ``save_pretrained`` write them.
+BLOCK_SPARSE_MOE = (
+    Direct("pre_mlp_layernorm.weight", norm("post_attention_layernorm.weight"), requires=("moe",)),
+    Direct(
+        "mlp.router.weight",
+        linear("block_sparse_moe.gate.weight", ("num_experts", "hidden"), Role.ROUTER),
+        requires=("moe",),
+    ),
+    GatedMLP(
+        "mlp.experts.linear_fc1.weight{expert}",
+        gate=linear("block_sparse_moe.experts.{expert}.w1.weight", ("moe_intermediate", "hidden"), Role.ROUTED_EXPERT),
+        up=linear("block_sparse_moe.experts.{expert}.w3.weight", ("moe_intermediate", "hidden"), Role.ROUTED_EXPERT),
+        requires=("moe",),
+    ),
+    Direct(
+        "mlp.experts.linear_fc2.weight{expert}",
+        linear("block_sparse_moe.experts.{expert}.w2.weight", ("hidden", "moe_intermediate"), Role.ROUTED_EXPERT),
+        requires=("moe",),
+    ),
+)
+
+#: DeepSeek-V3 / GLM-4.5 MTP glue: HF ``model.layers.{L + k}.`` holds enorm / hnorm / eh_proj /
+#: shared_head.norm and copies of the embedding and output layer, which Megatron-Core shares with the
+#: main model (Megatron-Bridge deepseek/common.py and glm45_bridge.py; Miles megatron_to_hf).
+DEEPSEEK_MTP_GLUE = (
+    Direct("enorm.weight", norm("enorm.weight", role=Role.MTP)),
+    Direct("hnorm.weight", norm("hnorm.weight", role=Role.MTP)),
+    Direct("eh_proj.weight", linear("eh_proj.weight", ("hidden", "eh_in"), Role.MTP)),
+    Direct("final_layernorm.weight", norm("shared_head.norm.weight", role=Role.MTP)),
+    SharedCopy(embedding("embed_tokens.weight", role=Role.MTP), megatron="embedding.word_embeddings.weight"),
+    SharedCopy(
+        HFTensor("shared_head.head.weight", ("vocab", "hidden"), Role.MTP, gemm=True),
+        megatron="output_layer.weight",
+        requires=("lm_head",),
+    ),
+    SharedCopy(
+        HFTensor("shared_head.head.weight", ("vocab", "hidden"), Role.MTP, gemm=True),
+        megatron="embedding.word_embeddings.weight",
+        requires=("tied_embeddings",),
+    ),
+)
+
+
+def sparse_step_is_moe(config: ModelConfig, layer: int, num_experts: int) -> bool:
+    """Qwen2-MoE / Qwen3-MoE / Qwen3-Next: a layer is MoE unless listed in ``mlp_only_layers`` or
+    ``(layer + 1) % decoder_sparse_step != 0`` (transformers' decoder layers), and only with experts."""
+    sparse_step = config.get_int("decoder_sparse_step", default=1)
+    return layer not in config.get_int_list("mlp_only_layers") and num_experts > 0 and (layer + 1) % sparse_step == 0
 
 
 def gqa_dims(config: ModelConfig) -> dict[str, int]:

@@ -30,7 +30,7 @@ from fp4convert.families.transforms import (
     split_qkv,
 )
 
-__all__ = ["hf_to_megatron", "megatron_to_hf", "same_bytes"]
+__all__ = ["hf_to_megatron", "megatron_mapper", "megatron_to_hf", "same_bytes"]
 
 FamilyLike = str | FamilyKey | Family
 
@@ -58,6 +58,23 @@ def _experts_per_rank(mapper: NameMapper, ep_rank: int, ep_size: int) -> int | N
             hint="the EP size must divide the expert count",
         )
     return num_experts // ep_size
+
+
+def megatron_mapper(family: FamilyLike, config: Mapping[str, Any]) -> NameMapper:
+    """A mapper for a family whose Megatron-Core side is mapped.
+
+    Raises:
+        MappingError: the family converts HF -> HF only; the message says why.
+    """
+    chosen = get_family(family)
+    if chosen.megatron_unsupported is not None:
+        raise MappingError(
+            f"family {chosen.key.value} has no Megatron-Core mapping in fp4convert: {chosen.megatron_unsupported}",
+            hint="HF checkpoints of this family convert, verify, plan and dequantize; "
+            "to-megatron and export_hf / validate-export from Megatron names are not available",
+            family=chosen.key.value,
+        )
+    return NameMapper(chosen, config)
 
 
 def _only(found: list[Match], name: str, mapper: NameMapper, side: str) -> Match:
@@ -146,7 +163,8 @@ def hf_to_megatron(
 
     Raises:
         MappingError: an unmapped or ambiguous name, an incomplete fused group, a shape that does
-            not fit the config, or an MTP copy that differs from the tensor Megatron shares.
+            not fit the config, an MTP copy that differs from the tensor Megatron shares, or a
+            family without a Megatron-Core mapping.
 
     Example:
         >>> config = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 8, "num_attention_heads": 2,
@@ -158,7 +176,7 @@ def hf_to_megatron(
         >>> list(out), tuple(out["decoder.layers.0.mlp.linear_fc1.weight"].shape)
         (['decoder.layers.0.mlp.linear_fc1.weight'], (16, 8))
     """
-    mapper = NameMapper(get_family(family), config)
+    mapper = megatron_mapper(family, config)
     spelling = _resolve_spelling(spelling, ExpertLayout(expert_layout))
     layout = spelling.experts.per_expert
     per_rank = _experts_per_rank(mapper, ep_rank, ep_size)
@@ -264,7 +282,8 @@ def megatron_to_hf(
 
     Raises:
         MappingError: an unmapped or ambiguous name, a local expert id out of range, a shape that
-            does not fit the config, or one HF tensor produced twice.
+            does not fit the config, one HF tensor produced twice, or a family without a
+            Megatron-Core mapping.
 
     Example:
         >>> config = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "num_attention_heads": 2,
@@ -277,7 +296,7 @@ def megatron_to_hf(
          ('model.layers.0.self_attn.q_proj.weight', (8, 8)),
          ('model.layers.0.self_attn.v_proj.weight', (4, 8))]
     """
-    mapper = NameMapper(get_family(family), config)
+    mapper = megatron_mapper(family, config)
     per_rank = _experts_per_rank(mapper, ep_rank, ep_size)
     out: dict[str, torch.Tensor] = {}
     q_lora_rank = mapper.dims.get("q_lora_rank")

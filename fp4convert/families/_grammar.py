@@ -13,9 +13,11 @@ scope           Megatron-Core prefix                        HF prefix
 ``MTP_GLUE``    ``mtp.layers.{k}.``                         ``model.layers.{L + k}.``
 ==============  ==========================================  =================================
 
-``L`` is ``num_hidden_layers``: DeepSeek numbers its multi-token-prediction (MTP) layers after the
-decoder layers on the HF side, Megatron-Core counts them from 0 under ``mtp.layers``
-(checkpoint-formats.md section 5.3). Older Megatron-Core (and Miles) spell the MTP inner layer
+``L`` is ``num_hidden_layers``: DeepSeek and GLM-4.5 number their multi-token-prediction (MTP) layers
+after the decoder layers on the HF side, Megatron-Core counts them from 0 under ``mtp.layers``
+(checkpoint-formats.md section 5.3). Qwen3-Next spells its MTP module apart (:class:`HfMtp`):
+the inner layer is ``mtp.layers.{k}.`` and the glue (``fc``, ``norm``, ``pre_fc_norm_*``) sits
+directly under ``mtp.`` (so it has one MTP layer only). Older Megatron-Core (and Miles) spell the MTP inner layer
 ``transformer_layer`` instead of ``mtp_model_layer`` (:class:`MtpInner`); both are read, the current
 one is written unless the caller asks for the old one.
 
@@ -45,15 +47,18 @@ from fp4convert.errors import MappingError
 __all__ = [
     "EXPERT",
     "ExpertLayout",
+    "HfMtp",
     "MtpInner",
     "Pattern",
     "Scope",
     "check_same_wildcards",
     "compile_pattern",
     "hf_layer_prefix",
+    "hf_scope_prefix",
     "megatron_layer_prefix",
     "sequential_expert_spelling",
     "split_hf_layer_name",
+    "split_hf_mtp_module_name",
     "split_megatron_layer_name",
     "strip_module_prefix",
 ]
@@ -93,6 +98,13 @@ class ExpertLayout(str, enum.Enum):
     def per_expert(self) -> ExpertLayout:
         """The one-tensor-per-expert spelling names are built in (stacking comes after)."""
         return ExpertLayout.SEQUENTIAL if self is ExpertLayout.SEQUENTIAL else ExpertLayout.GROUPED
+
+
+class HfMtp(str, enum.Enum):
+    """How a family's HF checkpoint names its MTP layers (see the module docstring)."""
+
+    DECODER_LAYERS = "decoder_layers"  # model.layers.{L + k}. for inner layer and glue (DeepSeek, GLM)
+    MTP_MODULE = "mtp_module"  # mtp.layers.{k}. inner layer, mtp. glue (Qwen3-Next)
 
 
 class MtpInner(str, enum.Enum):
@@ -252,6 +264,44 @@ def split_megatron_layer_name(name: str) -> tuple[Scope, int, str] | None:
 def hf_layer_prefix(hf_layer: int) -> str:
     """The HF prefix of a decoder or MTP layer, in HF numbering."""
     return f"model.layers.{hf_layer}."
+
+
+_HF_MTP_LAYER = re.compile(rf"^mtp\.layers\.(?P<index>{_INDEX})\.(?P<rest>.+)$")
+
+
+def split_hf_mtp_module_name(name: str) -> tuple[Scope, int, str] | None:
+    """Split a Qwen3-Next-style MTP name (:attr:`HfMtp.MTP_MODULE`); None for any other name.
+
+    Example:
+        >>> split_hf_mtp_module_name("mtp.layers.0.mlp.gate.weight"), split_hf_mtp_module_name("mtp.fc.weight")
+        ((<Scope.MTP_LAYER: 'mtp_layer'>, 0, 'mlp.gate.weight'), (<Scope.MTP_GLUE: 'mtp_glue'>, 0, 'fc.weight'))
+    """
+    found = _HF_MTP_LAYER.match(name)
+    if found is not None:
+        return Scope.MTP_LAYER, int(found["index"]), found["rest"]
+    if name.startswith("mtp.") and len(name) > len("mtp."):
+        return Scope.MTP_GLUE, 0, name[len("mtp.") :]
+    return None
+
+
+def hf_scope_prefix(scope: Scope, index: int | None, hf_layer: int | None, hf_mtp: HfMtp) -> str:
+    """The HF prefix of a name in ``scope`` (``index`` is scope-local, ``hf_layer`` in HF numbering).
+
+    Raises:
+        MappingError: a decoder-numbered MTP name whose HF layer is unknown (no config).
+    """
+    if scope is Scope.GLOBAL:
+        return ""
+    if scope is Scope.DECODER:
+        return hf_layer_prefix(hf_layer if hf_layer is not None else index)  # type: ignore[arg-type]
+    if hf_mtp is HfMtp.MTP_MODULE:
+        return "mtp." if scope is Scope.MTP_GLUE else f"mtp.layers.{index}."
+    if hf_layer is None:
+        raise MappingError(
+            "an MTP layer's HF name depends on num_hidden_layers",
+            hint="pass the model's config.json (HF numbers MTP layers after num_hidden_layers)",
+        )
+    return hf_layer_prefix(hf_layer)
 
 
 def megatron_layer_prefix(scope: Scope, index: int, mtp_inner: MtpInner = MtpInner.MTP_MODEL_LAYER) -> str:

@@ -123,7 +123,19 @@ def _describe_unique(mapper: NameMapper, name: str) -> TensorInfo:
     raise MappingError(f"tensor `{name}` is not a {family} tensor", hint=_unmapped_hint(mapper, name), tensor=name)
 
 
+_GPT_OSS_FUSED = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+
+
 def _unmapped_hint(mapper: NameMapper, name: str) -> str:
+    if mapper.family.key is FamilyKey.GPT_OSS and name.removesuffix("_bias").endswith(
+        tuple(f"{head}{tail}" for head in _GPT_OSS_FUSED for tail in ("", "_blocks", "_scales"))
+    ):
+        return (
+            "gpt-oss checkpoints store each layer's experts fused (BF16 `gate_up_proj` [E, H, 2I] with gate and "
+            "up interleaved, `down_proj` [E, I, H], MXFP4 `_blocks` / `_scales`); fp4convert names them one "
+            "tensor per expert (`mlp.experts.{e}.gate_proj` / `up_proj` / `down_proj`, weight and bias), which "
+            "a fused-expert source reader produces from this layout"
+        )
     if name.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
         return (
             "this is transformers 5's fused in-memory expert layout, written by "
@@ -158,9 +170,11 @@ def describe_name(
     layers, tied embeddings) and must match exactly one entry. Without it every family is tried
     (or only ``family``): role, layer, expert and MTP-ness must agree across the candidates, and the
     Megatron name / fused group are given only where they agree (HF ``q_proj`` is fused into
-    ``linear_qkv`` for Llama but not for DeepSeek). Without a config an HF layer past the decoder is
-    taken as a decoder layer unless the name is MTP glue (``enorm``, ``eh_proj`` ...), and Megatron
-    MTP names cannot be resolved.
+    ``linear_qkv`` for Llama but not for DeepSeek); a Megatron name that families spell differently
+    in HF takes the first registered family's HF name (``mlp.experts.5.down_proj``, not Mixtral's
+    ``block_sparse_moe.experts.5.w2``). Without a config an HF layer past the decoder is taken as a
+    decoder layer unless the name is MTP glue (``enorm``, ``eh_proj`` ...), and Megatron MTP names
+    cannot be resolved.
 
     For a fused Megatron tensor (``linear_qkv``, ``linear_fc1``) the description is that of its first
     HF piece (q, gate); siblings share role, layer, expert and fused group. Megatron expert ids are
@@ -207,9 +221,13 @@ def _merge(name: str, infos: list[TensorInfo]) -> TensorInfo:
     Role, layer, expert, MTP-ness and GEMM-ness must agree (else the name is ambiguous); the Megatron
     name and fused group are kept only where every candidate agrees (e.g. HF ``q_proj`` is fused
     into ``linear_qkv`` for Llama but is its own ``linear_q_proj`` for DeepSeek without q-LoRA).
+    A Megatron name that families spell differently on the HF side (``linear_fc2.weight5`` is
+    ``mlp.experts.5.down_proj`` for Qwen3-MoE, ``block_sparse_moe.experts.5.w2`` for Mixtral) takes
+    the HF name of the first registered family that has it; the rest must still agree.
     """
+    infos = [info for info in infos if info.name == infos[0].name]
     first = infos[0]
-    for field in ("name", "role", "layer", "is_mtp", "expert", "gemm_weight"):
+    for field in ("role", "layer", "is_mtp", "expert", "gemm_weight"):
         values = {getattr(info, field) for info in infos}
         if len(values) > 1:
             raise MappingError(

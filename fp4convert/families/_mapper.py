@@ -17,10 +17,12 @@ from fp4convert.errors import MappingError
 from fp4convert.families._config import ModelConfig
 from fp4convert.families._grammar import (
     ExpertLayout,
+    HfMtp,
     Scope,
-    hf_layer_prefix,
+    hf_scope_prefix,
     megatron_layer_prefix,
     split_hf_layer_name,
+    split_hf_mtp_module_name,
     split_megatron_layer_name,
     strip_module_prefix,
 )
@@ -109,7 +111,14 @@ class NameMapper:
         if self.config is not None:
             self.num_layers = self.config.get_int("num_hidden_layers")
             if family.mtp_layers_key is not None:
-                self.num_mtp_layers = self.config.get_int(family.mtp_layers_key, default=0)
+                self.num_mtp_layers = self.config.get_int(family.mtp_layers_key, default=family.mtp_layers_default)
+            if family.hf_mtp is HfMtp.MTP_MODULE and self.num_mtp_layers > 1:
+                raise MappingError(
+                    f"config.json asks for {self.num_mtp_layers} MTP layers, but a {family.key.value} checkpoint "
+                    "names one MTP module (`mtp.*`)",
+                    hint=f"set {family.mtp_layers_key} to 0 or 1",
+                    field=family.mtp_layers_key,
+                )
             self.dims = family.dims(self.config)
 
     # -- which entries exist where ----------------------------------------------------------------
@@ -137,17 +146,19 @@ class NameMapper:
                 return self.family.mtp_glue_entries
 
     def _hf_locations(self, hf_layer: int, name: str) -> list[Location]:
+        mtp_here = self.family.hf_mtp is HfMtp.DECODER_LAYERS
         if self.num_layers is None:
             # Without a config an MTP inner layer looks like a decoder layer; only glue names tell.
-            return [Location(Scope.DECODER, hf_layer, hf_layer), Location(Scope.MTP_GLUE, None, hf_layer)]
+            decoder = Location(Scope.DECODER, hf_layer, hf_layer)
+            return [decoder, Location(Scope.MTP_GLUE, None, hf_layer)] if mtp_here else [decoder]
         if hf_layer < self.num_layers:
             return [Location(Scope.DECODER, hf_layer, hf_layer)]
-        if hf_layer < self.num_layers + self.num_mtp_layers:
+        if mtp_here and hf_layer < self.num_layers + self.num_mtp_layers:
             k = hf_layer - self.num_layers
             return [Location(Scope.MTP_LAYER, k, hf_layer), Location(Scope.MTP_GLUE, k, hf_layer)]
         raise MappingError(
             f"tensor `{name}` is in layer {hf_layer}, but the model has {self.num_layers} layers"
-            + (f" and {self.num_mtp_layers} MTP layers" if self.num_mtp_layers else ""),
+            + (f" and {self.num_mtp_layers} MTP layers" if self.num_mtp_layers and mtp_here else ""),
             hint="check the checkpoint against its config.json (num_hidden_layers)",
             tensor=name,
         )
@@ -165,10 +176,25 @@ class NameMapper:
 
     # -- HF names -----------------------------------------------------------------------------------
 
+    def _hf_mtp_module_location(self, scope: Scope, k: int, name: str) -> Location:
+        if self.num_layers is None:
+            return Location(scope, k, None)
+        if k >= self.num_mtp_layers:
+            raise MappingError(
+                f"tensor `{name}` is in MTP layer {k}, but the model has {self.num_mtp_layers} MTP layers",
+                hint=f"check the checkpoint against its config.json ({self.family.mtp_layers_key})",
+                tensor=name,
+            )
+        return Location(scope, k, self.num_layers + k)
+
     def match_hf(self, name: str) -> list[Match]:
         """Every entry piece an HF name matches (one with a config, unless the table is ambiguous)."""
         split = split_hf_layer_name(name)
-        if split is None:
+        mtp_module = split_hf_mtp_module_name(name) if self.family.hf_mtp is HfMtp.MTP_MODULE else None
+        if mtp_module is not None:
+            scope, k, rest = mtp_module
+            locations = [self._hf_mtp_module_location(scope, k, name)]
+        elif split is None:
             locations, rest = [_GLOBAL], name
         else:
             hf_layer, rest = split
@@ -194,6 +220,8 @@ class NameMapper:
             name: a Megatron-Core parameter name.
             num_local_experts: experts per EP rank, to range-check local expert ids (None: all).
         """
+        if self.family.megatron_unsupported is not None:
+            return []
         stripped = strip_module_prefix(name)
         split = split_megatron_layer_name(stripped)
         if split is None:
@@ -242,9 +270,8 @@ class NameMapper:
         """The full HF name of one piece of a match (default: the matched piece)."""
         tensor = match.entry.pieces[match.piece if piece is None else piece]
         relative = tensor.pattern.format(**_wildcards(match))
-        if match.location.hf_layer is None:
-            return relative
-        return hf_layer_prefix(match.location.hf_layer) + relative
+        location = match.location
+        return hf_scope_prefix(location.scope, location.index, location.hf_layer, self.family.hf_mtp) + relative
 
     def megatron_name(
         self, match: Match, layout: ExpertLayout | None = None, spelling: MegatronSpelling | None = None
@@ -338,7 +365,8 @@ class NameMapper:
                     and entry.megatron == megatron_name
                     and self.is_active(entry.requires, hf_layer)
                 ):
-                    names.append(hf_layer_prefix(hf_layer) + entry.hf.name)
+                    prefix = hf_scope_prefix(Scope.MTP_GLUE, k, hf_layer, self.family.hf_mtp)
+                    names.append(prefix + entry.hf.name)
         return names
 
     # -- every tensor of the model --------------------------------------------------------------------

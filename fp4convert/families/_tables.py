@@ -29,6 +29,7 @@ from fp4convert.errors import MappingError
 from fp4convert.families._grammar import (
     EXPERT,
     ExpertLayout,
+    HfMtp,
     Pattern,
     check_same_wildcards,
     compile_pattern,
@@ -68,6 +69,12 @@ class FamilyKey(str, enum.Enum):
     QWEN3 = "qwen3"
     QWEN3_MOE = "qwen3_moe"
     DEEPSEEK_V3 = "deepseek_v3"
+    MIXTRAL = "mixtral"
+    QWEN2_MOE = "qwen2_moe"
+    MINIMAX_M2 = "minimax_m2"
+    GLM4_MOE = "glm4_moe"
+    GPT_OSS = "gpt_oss"
+    QWEN3_NEXT = "qwen3_next"
 
 
 @dataclass(frozen=True)
@@ -296,7 +303,14 @@ class Family:
         mtp_glue_entries: entries relative to an MTP layer, outside its inner transformer layer.
         scale_groups: HF siblings that must share an outer scale although Megatron keeps them apart.
         mtp_layers_key: config.json key giving the number of MTP layers, if the family has them.
+        mtp_layers_default: the MTP layer count when config.json lacks that key (Qwen3-Next's configs
+            do not say; its checkpoints hold one MTP module).
+        hf_mtp: how the HF checkpoint names MTP layers (:class:`~fp4convert.families._grammar.HfMtp`).
         num_experts_dim: the dimension name giving the routed-expert count.
+        megatron_unsupported: why fp4convert cannot convert this family to / from Megatron-Core, for a
+            family it converts HF -> HF only; None when the Megatron side is mapped. Tensors still
+            carry the Megatron-Core names (so contracts decide, and emit TE matchers, in both
+            namespaces), but no Megatron name is read and no tensor is converted either way.
     """
 
     key: FamilyKey
@@ -309,7 +323,10 @@ class Family:
     mtp_glue_entries: tuple[Entry, ...] = ()
     scale_groups: tuple[ScaleGroup, ...] = ()
     mtp_layers_key: str | None = None
+    mtp_layers_default: int = 0
+    hf_mtp: HfMtp = HfMtp.DECODER_LAYERS
     num_experts_dim: str = "num_experts"
+    megatron_unsupported: str | None = None
 
     def __post_init__(self) -> None:
         for entry in self.global_entries:

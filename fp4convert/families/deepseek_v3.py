@@ -1,4 +1,9 @@
-"""DeepSeek-V3: MLA attention, dense first layers, routed + shared experts, MTP layers (section 5.3).
+"""DeepSeek-V3 and Kimi-K2: MLA attention, dense first layers, routed + shared experts, MTP layers (5.3).
+
+Kimi-K2 (``Kimi-K2-Instruct``) is this architecture at other sizes: 384 routed experts, one dense
+layer (``first_k_dense_replace: 1``), 64 heads, no MTP layer (``num_nextn_predict_layers: 0``); its
+config says ``architectures: [DeepseekV3ForCausalLM]`` with ``model_type: kimi_k2`` (Megatron-Bridge's
+kimi_bridge.py uses the DeepSeek mapping list).
 
 - Layers ``< first_k_dense_replace`` have a dense MLP (TE fuses its norm into ``linear_fc1``); the
   rest are MoE with a router (plus ``e_score_correction_bias``, float32 on disk), routed experts and
@@ -12,28 +17,23 @@
   (``fused_qkv_a_proj_with_mqa``), so they form one scale group although Megatron keeps them apart.
 - MTP layer ``k`` is HF ``model.layers.{num_hidden_layers + k}``: a full MoE decoder layer (Megatron
   ``mtp.layers.k.mtp_model_layer``) plus enorm / hnorm / eh_proj / shared_head.norm, and copies of
-  the embedding and the output layer, which Megatron shares with the main model (Megatron-Bridge
-  ``deepseek/common.py``; Miles ``megatron_to_hf/deepseekv3.py``).
+  the embedding and the output layer, which Megatron shares with the main model
+  (``_common.DEEPSEEK_MTP_GLUE``, shared with GLM-4.5).
 """
 
 from __future__ import annotations
 
 from fp4convert.errors import MappingError
-from fp4convert.families._common import DENSE_MLP, GLOBALS, ROUTED_EXPERTS
-from fp4convert.families._config import ModelConfig
-from fp4convert.families._tables import (
-    Direct,
-    Family,
-    FamilyKey,
-    GatedMLP,
-    HFTensor,
-    ScaleGroup,
-    SharedCopy,
-    embedding,
-    linear,
-    norm,
-    vector,
+from fp4convert.families._common import (
+    DEEPSEEK_MTP_GLUE,
+    DENSE_MLP,
+    GLOBALS,
+    ROUTED_EXPERTS,
+    SHARED_EXPERTS,
+    router_expert_bias,
 )
+from fp4convert.families._config import ModelConfig
+from fp4convert.families._tables import Direct, Family, FamilyKey, ScaleGroup, linear, norm
 from fp4convert.inventory import FusedKind, Role
 
 __all__ = ["DEEPSEEK_V3"]
@@ -75,43 +75,6 @@ _MLA_ATTENTION = (
     Direct(
         "self_attention.linear_proj.weight",
         linear("self_attn.o_proj.weight", ("hidden", "o_in"), Role.ATTENTION),
-    ),
-)
-
-_MOE_EXTRAS = (
-    Direct(
-        "mlp.router.expert_bias",
-        vector("mlp.gate.e_score_correction_bias", "num_experts", Role.ROUTER, dtype="float32"),
-        requires=("moe",),
-    ),
-    GatedMLP(
-        "mlp.shared_experts.linear_fc1.weight",
-        gate=linear("mlp.shared_experts.gate_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
-        up=linear("mlp.shared_experts.up_proj.weight", ("shared_intermediate", "hidden"), Role.SHARED_EXPERT),
-        requires=("shared_experts",),
-    ),
-    Direct(
-        "mlp.shared_experts.linear_fc2.weight",
-        linear("mlp.shared_experts.down_proj.weight", ("hidden", "shared_intermediate"), Role.SHARED_EXPERT),
-        requires=("shared_experts",),
-    ),
-)
-
-_MTP_GLUE = (
-    Direct("enorm.weight", norm("enorm.weight", role=Role.MTP)),
-    Direct("hnorm.weight", norm("hnorm.weight", role=Role.MTP)),
-    Direct("eh_proj.weight", linear("eh_proj.weight", ("hidden", "eh_in"), Role.MTP)),
-    Direct("final_layernorm.weight", norm("shared_head.norm.weight", role=Role.MTP)),
-    SharedCopy(embedding("embed_tokens.weight", role=Role.MTP), megatron="embedding.word_embeddings.weight"),
-    SharedCopy(
-        HFTensor("shared_head.head.weight", ("vocab", "hidden"), Role.MTP, gemm=True),
-        megatron="output_layer.weight",
-        requires=("lm_head",),
-    ),
-    SharedCopy(
-        HFTensor("shared_head.head.weight", ("vocab", "hidden"), Role.MTP, gemm=True),
-        megatron="embedding.word_embeddings.weight",
-        requires=("tied_embeddings",),
     ),
 )
 
@@ -168,12 +131,19 @@ def _features(config: ModelConfig, layer: int | None) -> frozenset[str]:
 DEEPSEEK_V3 = Family(
     key=FamilyKey.DEEPSEEK_V3,
     architectures=("DeepseekV3ForCausalLM",),
-    model_types=("deepseek_v3",),
+    # Kimi-K2 is this architecture (its config says DeepseekV3ForCausalLM, model_type kimi_k2).
+    model_types=("deepseek_v3", "kimi_k2"),
     global_entries=GLOBALS,
-    layer_entries=(*_MLA_ATTENTION, *DENSE_MLP, *ROUTED_EXPERTS, *_MOE_EXTRAS),
+    layer_entries=(
+        *_MLA_ATTENTION,
+        *DENSE_MLP,
+        *ROUTED_EXPERTS,
+        router_expert_bias("mlp.gate.e_score_correction_bias", "float32"),
+        *SHARED_EXPERTS,
+    ),
     dims=_dims,
     features=_features,
-    mtp_glue_entries=_MTP_GLUE,
+    mtp_glue_entries=DEEPSEEK_MTP_GLUE,
     scale_groups=(
         ScaleGroup(
             FusedKind.MLA_QA_KVA,

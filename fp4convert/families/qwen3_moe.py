@@ -15,6 +15,7 @@ from fp4convert.families._common import (
     ROUTED_EXPERTS,
     gqa_dims,
     model_features,
+    sparse_step_is_moe,
 )
 from fp4convert.families._config import ModelConfig
 from fp4convert.families._tables import Family, FamilyKey
@@ -35,11 +36,7 @@ def _features(config: ModelConfig, layer: int | None) -> frozenset[str]:
     found = model_features(config)
     if layer is not None:
         num_experts = config.get_first_int("num_experts", "num_local_experts")
-        sparse_step = config.get_int("decoder_sparse_step", default=1)
-        is_moe = (
-            layer not in config.get_int_list("mlp_only_layers") and num_experts > 0 and (layer + 1) % sparse_step == 0
-        )
-        found.add("moe" if is_moe else "dense_mlp")
+        found.add("moe" if sparse_step_is_moe(config, layer, num_experts) else "dense_mlp")
     return frozenset(found)
 
 

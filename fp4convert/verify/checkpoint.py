@@ -130,20 +130,13 @@ def _check_structure(name: str, info: Mapping[str, Any], dialect: Dialect, repor
         ok = list(info["outputs"]) == [name]
         report.checks.append(TensorCheck(name, ok, "structure", "" if ok else "a BF16 tensor must be copied as is"))
         return
-    module = name.rsplit(".", 1)[0]
-    outputs = info["outputs"]
-    for role, dtype in dialect.output_dtypes[fmt].items():
-        out = dialect.output_name(module, fmt, role)
-        if out is None:
-            continue
-        if out not in outputs:
-            if role != "input":
-                report.checks.append(TensorCheck(out, False, "structure", f"{fmt} module lacks its {role} tensor"))
-            continue
-        if outputs[out]["dtype"] != dtype:
-            report.checks.append(
-                TensorCheck(out, False, "dtype", f"{role} tensor is {outputs[out]['dtype']}, expected {dtype}")
-            )
+    dtypes = {out: entry["dtype"] for out, entry in info["outputs"].items()}
+    for role, out, found in dialect.tensor_problems(name.rsplit(".", 1)[0], fmt, dtypes):
+        if found is None:
+            report.checks.append(TensorCheck(out, False, "structure", f"{fmt} module lacks its {role} tensor"))
+        else:
+            expected = dialect.output_dtypes[fmt][role]
+            report.checks.append(TensorCheck(out, False, "dtype", f"{role} tensor is {found}, expected {expected}"))
 
 
 def _tensor_bytes(directory: Path, file: str, tensor: str, cache: dict[str, SafetensorsFile]) -> torch.Tensor:

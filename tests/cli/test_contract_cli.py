@@ -27,7 +27,7 @@ def test_check_a_clean_contract() -> None:
     code, out, _ = _run("contract", "check", PER_TOKEN, "--model", str(TOY_MOE))
     assert code == 0
     assert out == (
-        f"{PER_TOKEN}: contract 'nvfp4-experts-per-token' (sha256 c7f1a448b2f4e27d) on toy_qwen3_moe "
+        f"{PER_TOKEN}: contract 'nvfp4-experts-per-token' (sha256 612daf1c849378e0) on toy_qwen3_moe "
         "(4 layers, 87 tensors): 0 error(s), 0 warning(s)\n"
     )
 

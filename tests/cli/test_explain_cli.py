@@ -97,7 +97,8 @@ def test_explain_a_bare_name_no_family_knows() -> None:
         "  * bf16_exceptions.names.megatron[0]  bf16   Megatron name contains '.linear_kv_up_proj'\n"
         "    rules[1]                           mxfp8  'all_linear_modules_mxfp8': megatron glob '*'\n"
         f"note: '{name}' was described from its name alone: no model family recognises it (tensor `{name}` is "
-        "not a tensor of any supported family (deepseek_v3, llama, qwen2, qwen3, qwen3_moe)); "
+        "not a tensor of any supported family (deepseek_v3, glm4_moe, gpt_oss, llama, minimax_m2, mixtral, "
+        "qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next)); "
         "it is treated as a GEMM weight of unknown role, "
         "matched as a Megatron name only (pass a model for the full picture)\n"
     )

@@ -90,14 +90,14 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("mxfp8-end-to-end", "megatron-args"): MXFP8_MEGATRON,
     ("mxfp8-end-to-end", "sglang-args"): MXFP8_SGLANG,
     ("mxfp8-end-to-end", "env"): "NVTE_BACKWARD_OVERRIDE=high_precision\n",
-    ("nvfp4-experts-per-token", "te-yaml"): TE_HEADER.format(name="nvfp4-experts-per-token", hash="c7f1a448b2f4e27d")
+    ("nvfp4-experts-per-token", "te-yaml"): TE_HEADER.format(name="nvfp4-experts-per-token", hash="612daf1c849378e0")
     + HF_RULES_COMMENT
     + PER_TOKEN_TE_BODY,
     ("nvfp4-experts-per-token", "megatron-args"): PER_TOKEN_MEGATRON,
     ("nvfp4-experts-per-token", "sglang-args"): NVFP4_SGLANG,
     ("nvfp4-experts-per-token", "env"): SEED_ENVIRONMENT,
     ("nvfp4-experts-per-token-dequantized-backward", "te-yaml"): TE_HEADER.format(
-        name="nvfp4-experts-per-token-dequantized-backward", hash="206269f01e61e1a2"
+        name="nvfp4-experts-per-token-dequantized-backward", hash="d4852e4a7deb261e"
     )
     + HF_RULES_COMMENT
     + PER_TOKEN_TE_BODY,
@@ -107,7 +107,7 @@ EXPECTED: dict[tuple[str, str], str] = {
         "=high_precision", "=dequantized"
     ),
     ("nvfp4-experts-per-token-last15pct-bf16", "te-yaml"): TE_HEADER.format(
-        name="nvfp4-experts-per-token-last15pct-bf16", hash="1d44df8e1b53bc4d"
+        name="nvfp4-experts-per-token-last15pct-bf16", hash="ae4b415144bad198"
     )
     + "# First/last-layer BF16 counts are not matchers: see `--target megatron-args`.\n"
     + HF_RULES_COMMENT

@@ -73,8 +73,9 @@ def test_explain_a_name_no_family_knows_uses_the_name_alone() -> None:
     assert explanation.notes == (
         "'decoder.layers.3.self_attention.custom_up_proj.weight' was described from its name alone: "
         "no model family recognises it (tensor `decoder.layers.3.self_attention.custom_up_proj.weight` is not a "
-        "tensor of any supported family (deepseek_v3, llama, qwen2, qwen3, qwen3_moe)); it is treated as a GEMM "
-        "weight of unknown role, matched as a Megatron name only (pass a model for the full picture)",
+        "tensor of any supported family (deepseek_v3, glm4_moe, gpt_oss, llama, minimax_m2, mixtral, "
+        "qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next)); it is treated "
+        "as a GEMM weight of unknown role, matched as a Megatron name only (pass a model for the full picture)",
         "bf16_exceptions.last_layers was not evaluated: the model's layer count is unknown "
         "(pass a model to include it)",
     )

@@ -5,14 +5,19 @@ nothing from fp4convert. Megatron-Core 0.16.1 builds its local (non-TransformerE
 CPU under a one-process gloo group with small shims: ``torch.cuda.current_device`` answers "cpu"
 (the model's constructors ask for it even with ``use_cpu_initialization``), the RNG tracker's
 ``fork`` is a no-op (it guards dropout, which is 0), the causal mask is passed in (the default one
-is made on "cuda"), MoE layers use the ``allgather`` token dispatcher, and 0.16.1's undefined
-TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None.
+is made on "cuda"), MoE layers use the ``allgather`` token dispatcher, 0.16.1's undefined
+TransformerEngine placeholder in the fp32 router (``moe_utils.te_general_gemm``) is set to None, and
+for MLA the local ``DotProductAttention`` accepts the ``k_channels`` / ``v_channels`` MLA passes (and
+sizes its output by ``v_channels``) while MLA's TransformerEngine flag is corrected to "absent".
 Nothing of Megatron's arithmetic is replaced.
 
-Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT``. Writes into OUT:
+Usage: ``python megatron_probe.py HF_DIR MEGATRON_DIR OUT [REFERENCE_DIR]`` (REFERENCE_DIR: the folder
+transformers loads for the reference logits, when HF_DIR is in a layout it cannot read; default
+HF_DIR). Writes into OUT:
 
 - ``named_parameters.safetensors`` plus ``order.json``: ``model.named_parameters()`` of the BF16 model
-  after ``load_state_dict(strict=True)``, names as the live model spells them, in its order;
+  after ``load_state_dict(strict=True)`` (then the routers' ``expert_bias`` buffers), names as the
+  live model spells them, in its order;
 - ``logits.safetensors``: float32 logits of Megatron (``megatron``) and of transformers
   (``transformers``) on the same prompt, both models in float32 from the same BF16 weights.
 """
@@ -49,11 +54,32 @@ def _init() -> None:
     # 0.16.1 names TransformerEngine's GEMM in the fp32 router without defining it when TE is absent.
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    # MLA builds its core attention with k_channels / v_channels (q/k heads of nope + rope dims, v heads
+    # of v_head_dim), which 0.16.1's local DotProductAttention does not take: its matmuls already
+    # follow the tensors' head sizes, only the output width (heads x v_head_dim) has to be told.
+    plain_init = DotProductAttention.__init__
+
+    def init_with_channels(self, *args, k_channels=None, v_channels=None, **kwargs):  # type: ignore[no-untyped-def]
+        plain_init(self, *args, **kwargs)
+        if v_channels is not None:
+            self.hidden_size_per_partition = v_channels * self.num_attention_heads_per_partition
+
+    DotProductAttention.__init__ = init_with_channels
+    # 0.16.1's MLA believes TransformerEngine is present when its TE-less extension module imports
+    # (which stands mock classes in for TE's), then tests isinstance against the mock TELinear.
+    import importlib.util
+
+    from megatron.core.transformer import multi_latent_attention
+
+    if importlib.util.find_spec("transformer_engine") is None:
+        multi_latent_attention.HAVE_TE = False
 
 
 def _config(hf: dict, dtype):
     import torch
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     heads = hf["num_attention_heads"]
     kwargs = {
@@ -80,26 +106,94 @@ def _config(hf: dict, dtype):
         "gradient_accumulation_fusion": False,
     }
     model_type = hf["model_type"]
-    if model_type in ("llama", "qwen3", "qwen3_moe"):
-        kwargs["num_query_groups"] = hf.get("num_key_value_heads", heads)
-        kwargs["kv_channels"] = hf.get("head_dim") or hf["hidden_size"] // heads
-    if model_type in ("qwen3", "qwen3_moe"):
+    layers = hf["num_hidden_layers"]
+    kwargs["num_query_groups"] = hf.get("num_key_value_heads", heads)
+    kwargs["kv_channels"] = hf.get("head_dim") or hf["hidden_size"] // heads
+    if model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe" and hf.get("use_qk_norm")):
         kwargs["qk_layernorm"] = True
-    if model_type == "qwen3_moe":
-        experts = hf.get("num_experts") or hf["num_local_experts"]
+    if model_type == "qwen2_moe":
+        kwargs["add_qkv_bias"] = bool(hf.get("qkv_bias", True))
+    moe = {
+        "moe_router_topk": hf.get("num_experts_per_tok"),
+        "moe_token_dispatcher_type": "allgather",
+        "moe_router_load_balancing_type": "none",
+        "moe_aux_loss_coeff": 0.0,
+        "moe_router_dtype": "fp32",
+    }
+    if model_type in ("qwen3_moe", "qwen2_moe"):
         sparse = hf.get("decoder_sparse_step", 1)
         dense = set(hf.get("mlp_only_layers", []))
-        kwargs |= {
-            "num_moe_experts": experts,
+        kwargs |= moe | {
+            "num_moe_experts": hf.get("num_experts") or hf["num_local_experts"],
             "moe_ffn_hidden_size": hf["moe_intermediate_size"],
-            "moe_router_topk": hf["num_experts_per_tok"],
             "moe_router_score_function": "softmax",
             "moe_router_pre_softmax": not hf.get("norm_topk_prob", True),
-            "moe_token_dispatcher_type": "allgather",
-            "moe_router_load_balancing_type": "none",
-            "moe_aux_loss_coeff": 0.0,
-            "moe_layer_freq": [int(i not in dense and (i + 1) % sparse == 0) for i in range(hf["num_hidden_layers"])],
-            "moe_router_dtype": "fp32",
+            "moe_layer_freq": [int(i not in dense and (i + 1) % sparse == 0) for i in range(layers)],
+        }
+    if model_type == "qwen2_moe":  # one shared expert scaled by sigmoid(shared_expert_gate(x))
+        kwargs["moe_shared_expert_intermediate_size"] = hf["shared_expert_intermediate_size"]
+        kwargs["moe_shared_expert_gate"] = True
+    if model_type == "mixtral":  # softmax over the top-k logits = Mixtral's renormalised top-k softmax
+        kwargs |= moe | {
+            "num_moe_experts": hf["num_local_experts"],
+            "moe_ffn_hidden_size": hf["intermediate_size"],
+            "moe_router_score_function": "softmax",
+            "moe_router_pre_softmax": False,
+        }
+    if model_type == "glm4_moe":  # sigmoid scores, bias-corrected choice, normalised top-k weights
+        first_dense = hf["first_k_dense_replace"]
+        kwargs |= moe | {
+            "num_moe_experts": hf["n_routed_experts"],
+            "moe_ffn_hidden_size": hf["moe_intermediate_size"],
+            "moe_shared_expert_intermediate_size": hf["moe_intermediate_size"] * hf["n_shared_experts"],
+            "moe_router_score_function": "sigmoid",
+            "moe_router_enable_expert_bias": True,
+            "moe_router_topk_scaling_factor": hf.get("routed_scaling_factor", 1.0),
+            "moe_router_pre_softmax": False,
+            "moe_layer_freq": [int(i >= first_dense) for i in range(layers)],
+            "add_qkv_bias": bool(hf.get("attention_bias", False)),
+        }
+    if model_type in ("deepseek_v3", "kimi_k2"):  # MLA with q-LoRA; sigmoid routing with expert bias
+        first_dense = hf["first_k_dense_replace"]
+        rope = hf.get("rope_parameters") or {}
+        kwargs |= moe | {
+            "num_query_groups": heads,
+            "kv_channels": None,
+            "qk_layernorm": True,  # MLA's q_layernorm / kv_layernorm
+            "q_lora_rank": hf["q_lora_rank"],
+            "kv_lora_rank": hf["kv_lora_rank"],
+            "qk_head_dim": hf["qk_nope_head_dim"],
+            "qk_pos_emb_head_dim": hf["qk_rope_head_dim"],
+            "v_head_dim": hf["v_head_dim"],
+            "rope_type": "rope",
+            "rotary_base": float(rope.get("rope_theta", hf.get("rope_theta", 10000))),
+            "num_moe_experts": hf["n_routed_experts"],
+            "moe_ffn_hidden_size": hf["moe_intermediate_size"],
+            "moe_shared_expert_intermediate_size": hf["moe_intermediate_size"] * hf["n_shared_experts"],
+            "moe_router_score_function": "sigmoid",
+            "moe_router_enable_expert_bias": True,
+            "moe_router_topk_scaling_factor": hf.get("routed_scaling_factor", 1.0),
+            "moe_router_num_groups": hf.get("n_group"),
+            "moe_router_group_topk": hf.get("topk_group"),
+            "moe_router_pre_softmax": False,
+            "moe_layer_freq": [int(i >= first_dense) for i in range(layers)],
+        }
+        return MLATransformerConfig(**kwargs)
+    if model_type == "gpt_oss":  # Megatron-Bridge gpt_oss_bridge.py's settings
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kwargs |= moe | {
+            "num_moe_experts": hf["num_local_experts"],
+            "moe_ffn_hidden_size": hf["intermediate_size"],
+            "moe_router_score_function": "softmax",
+            "moe_router_pre_softmax": False,
+            "add_bias_linear": True,
+            "add_qkv_bias": True,
+            "activation_func": quick_gelu,  # x * sigmoid(1.702 x), gpt-oss's swiglu_alpha
+            "glu_linear_offset": 1.0,
+            "activation_func_clamp_value": hf["swiglu_limit"],
+            "bias_activation_fusion": False,
+            "softmax_type": "learnable",
         }
     return TransformerConfig(**kwargs)
 
@@ -114,7 +208,9 @@ def _model(hf: dict, dtype):
     else:
         spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm)
     rope = hf.get("rope_parameters") or {}
+    rotary_percent = rope.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))  # GLM: 0.5
     return GPTModel(
+        rotary_percent=float(rotary_percent),
         config=config,
         transformer_layer_spec=spec,
         vocab_size=hf["vocab_size"],
@@ -130,6 +226,7 @@ def main() -> int:
     from safetensors.torch import load_file, save_file
 
     hf_dir, megatron_dir, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    reference_dir = Path(sys.argv[4]) if len(sys.argv) > 4 else hf_dir
     out.mkdir(parents=True, exist_ok=True)
     hf = json.loads((hf_dir / "config.json").read_text())
     _init()
@@ -142,7 +239,9 @@ def main() -> int:
     expected = {name for name in model.state_dict() if not name.endswith("._extra_state")}
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     model.load_state_dict(state, strict=True)  # raises on any missing or unexpected name
-    named = list(model.named_parameters())
+    # The router's aux-loss-free expert_bias is a persistent buffer, not a parameter; RL exporters
+    # send it with the parameters (Miles' named_params_and_buffers), so it follows them here.
+    named = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n.endswith(".expert_bias")]
     save_file({n: p.detach().contiguous() for n, p in named}, str(out / "named_parameters.safetensors"))
     (out / "order.json").write_text(
         json.dumps({"order": [n for n, _ in named], "missing": missing, "unexpected": unexpected})
@@ -159,7 +258,7 @@ def main() -> int:
         logits = model(tokens, positions, attention_mask=causal)
     import transformers
 
-    reference = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(reference_dir), dtype=torch.float32).eval()
     with torch.no_grad():
         expected_logits = reference(tokens).logits
     save_file(

@@ -160,14 +160,10 @@ def test_vllm_refuses_the_sglang_mxfp8_dialect(vllm_env, source, tmp_path) -> No
     assert "weight_scale" in done.stdout + done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fp4convert bug found here: the modelopt exclude list of a tied-embedding model does not name "
-    "lm_head, and vLLM builds a quantized lm_head whose weight_scale is never loaded",
-)
 def test_tied_lm_head_is_excluded_for_vllm(vllm_env, tmp_path) -> None:
     """A tied-embedding model (Qwen3-4B style) has no `lm_head` tensor, but vLLM still builds a
-    quantized `lm_head` unless the exclude list names it."""
+    quantized `lm_head` unless the exclude list names it (it does since the exclude list names a tied
+    lm_head: it used to be `[]`, and vLLM failed on the never-loaded `weight_scale`)."""
     model = tmp_path / "qwen3"
     _build_model("qwen3", 0).save_pretrained(str(model))
     converted = tmp_path / "converted"

@@ -143,11 +143,20 @@ def test_unsupported_switches_are_refused_not_ignored() -> None:
 def test_shipped_configs() -> None:
     assert shipped_config_names() == [
         "DeepSeek-V3",
+        "GLM-4.5",
+        "GLM-4.5-Air",
+        "Kimi-K2-Instruct",
         "Llama-3.1-8B",
+        "MiniMax-M2",
+        "Mixtral-8x7B-v0.1",
+        "Qwen1.5-MoE-A2.7B",
         "Qwen2.5-7B",
         "Qwen3-30B-A3B",
         "Qwen3-4B",
         "Qwen3-8B",
+        "Qwen3-Next-80B-A3B-Instruct",
+        "gpt-oss-120b",
+        "gpt-oss-20b",
     ]
 
 

@@ -43,7 +43,37 @@ EXPECTED_REGISTRY = {
     "deepseek_v3": {
         "table": "fp4convert.families.deepseek_v3:DEEPSEEK_V3",
         "architectures": ["DeepseekV3ForCausalLM"],
-        "model_types": ["deepseek_v3"],
+        "model_types": ["deepseek_v3", "kimi_k2"],
+    },
+    "mixtral": {
+        "table": "fp4convert.families.mixtral:MIXTRAL",
+        "architectures": ["MixtralForCausalLM"],
+        "model_types": ["mixtral"],
+    },
+    "qwen2_moe": {
+        "table": "fp4convert.families.qwen2_moe:QWEN2_MOE",
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "model_types": ["qwen2_moe"],
+    },
+    "minimax_m2": {
+        "table": "fp4convert.families.minimax_m2:MINIMAX_M2",
+        "architectures": ["MiniMaxM2ForCausalLM"],
+        "model_types": ["minimax_m2"],
+    },
+    "glm4_moe": {
+        "table": "fp4convert.families.glm4_moe:GLM4_MOE",
+        "architectures": ["Glm4MoeForCausalLM"],
+        "model_types": ["glm4_moe"],
+    },
+    "gpt_oss": {
+        "table": "fp4convert.families.gpt_oss:GPT_OSS",
+        "architectures": ["GptOssForCausalLM"],
+        "model_types": ["gpt_oss"],
+    },
+    "qwen3_next": {
+        "table": "fp4convert.families.qwen3_next:QWEN3_NEXT",
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_types": ["qwen3_next"],
     },
 }
 
@@ -94,7 +124,10 @@ def test_a_second_family_cannot_claim_an_architecture() -> None:
 def test_unknown_key_lists_the_valid_ones() -> None:
     with pytest.raises(MappingError, match=r"^unknown model family `gpt2`") as raised:
         get_family("gpt2")
-    assert raised.value.hint == "valid families: deepseek_v3, llama, qwen2, qwen3, qwen3_moe"
+    assert raised.value.hint == (
+        "valid families: deepseek_v3, glm4_moe, gpt_oss, llama, minimax_m2, mixtral, qwen2, qwen2_moe, qwen3, "
+        "qwen3_moe, qwen3_next"
+    )
     assert isinstance(raised.value, KeyError)
 
 
@@ -103,12 +136,19 @@ def test_family_is_found_by_architecture_then_model_type() -> None:
         "qwen3_moe"
     )
     assert family_for_config({"architectures": ["SomethingElse"], "model_type": "qwen2"}).key.value == "qwen2"
+    # Kimi-K2 names the DeepSeek-V3 architecture and its own model type; either finds DeepSeek-V3.
+    assert family_for_config({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2"}).key.value == (
+        "deepseek_v3"
+    )
+    assert family_for_config({"model_type": "kimi_k2"}).key.value == "deepseek_v3"
 
 
 def test_unsupported_model_lists_supported_ones() -> None:
     with pytest.raises(MappingError, match=r"^unsupported model: architectures \['GPT2LMHeadModel'\]") as raised:
         family_for_config({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})
     assert raised.value.hint == (
-        "supported architectures: DeepseekV3ForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, Qwen3MoeForCausalLM; model types: deepseek_v3, llama, qwen2, qwen3, qwen3_moe"
+        "supported architectures: DeepseekV3ForCausalLM, Glm4MoeForCausalLM, GptOssForCausalLM, LlamaForCausalLM, "
+        "MiniMaxM2ForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
+        "Qwen3MoeForCausalLM, Qwen3NextForCausalLM; model types: deepseek_v3, glm4_moe, gpt_oss, kimi_k2, llama, "
+        "minimax_m2, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, qwen3_next"
     )

@@ -1,0 +1,76 @@
+"""Hostile checkpoints are diagnosed, never trusted: index names outside the folder are never opened,
+corrupt shards and missing files become findings, an unreadable folder is one error (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from doctor.corpus import copy_base
+from doctor.damage import INDEX
+from safetensors.torch import save_file
+
+from fp4convert.doctor import doctor_checkpoint
+from fp4convert.errors import CheckpointError
+
+
+def _index(folder):
+    return json.loads((folder / INDEX).read_text())
+
+
+def _write_index(folder, index):
+    (folder / INDEX).write_text(json.dumps(index))
+
+
+def test_an_index_name_outside_the_folder_is_never_opened(base, tmp_path):
+    folder = copy_base(base("mo-nvfp4"), tmp_path / "c")
+    secret = tmp_path / "secret.safetensors"
+    save_file({"x": torch.zeros(1)}, str(secret))
+    index = _index(folder)
+    index["weight_map"]["model.norm.weight"] = "../secret.safetensors"
+    _write_index(folder, index)
+    report = doctor_checkpoint(folder)
+    [bad] = report.find("index-bad-name")
+    assert bad.tensors == ("model.norm.weight",) and "'../secret.safetensors'" in bad.message
+    assert "x" not in {t for f in report.findings for t in f.tensors}
+
+
+def test_a_symlinked_shard_leading_outside_is_a_finding(base, tmp_path):
+    folder = copy_base(base("mo-nvfp4"), tmp_path / "c")
+    outside = tmp_path / "elsewhere.safetensors"
+    shard = sorted(folder.glob("model-*.safetensors"))[0]
+    shard.rename(outside)
+    shard.symlink_to(outside)
+    report = doctor_checkpoint(folder)
+    [unreadable] = report.find("shard-unreadable")
+    assert unreadable.tensors == (shard.name,) and "outside the source folder" in unreadable.message
+    assert report.exit_code == 1
+
+
+def test_truncated_missing_and_duplicated_shards_are_findings(base, tmp_path):
+    folder = copy_base(base("mo-nvfp4"), tmp_path / "c")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    shards[0].write_bytes(shards[0].read_bytes()[:-3])
+    shards[1].unlink()
+    save_file({"model.norm.weight": torch.ones(64, dtype=torch.bfloat16)}, str(folder / "extra.safetensors"))
+    report = doctor_checkpoint(folder)
+    assert {"shard-unreadable", "shard-missing", "tensor-twice"} <= report.codes()
+    assert report.find("shard-missing")[0].tensors  # the tensors the index says it held
+    assert report.find("tensor-twice")[0].tensors == ("model.norm.weight",)
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "{broken", None])
+def test_no_usable_config_is_unreadable(tmp_path, content):
+    save_file({"w": torch.zeros(2, 2)}, str(tmp_path / "model.safetensors"))
+    if content is not None:
+        (tmp_path / "config.json").write_text(content)
+    with pytest.raises(CheckpointError, match=r"config\.json"):
+        doctor_checkpoint(tmp_path)
+
+
+def test_pickles_only_is_unreadable(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04not unpickled")
+    with pytest.raises(CheckpointError, match="no readable"):
+        doctor_checkpoint(tmp_path)
