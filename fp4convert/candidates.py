@@ -40,19 +40,19 @@ def four_over_six_counts(
     import torch
 
     from fp4convert.checkpoint import open_checkpoint
+    from fp4convert.checkpoint.decode import DecodedSource
     from fp4convert.formats.nvfp4 import four_over_six_choices, row_amax
 
-    checkpoint = open_checkpoint(model)
     group = explanation.decision.fused_group
     members = [explanation.tensor.name]
     if group is not None and inventory is not None:
         members = [t.name for t in inventory if t.fused_group == group]
     tensors = {}
-    for name in members:
-        if name not in checkpoint.tensor_file:
-            return {"profile": profile, "note": f"{name} is not in {model}"}
-        with checkpoint.open(checkpoint.tensor_file[name]) as shard:
-            tensors[name] = shard.read(name)
+    with DecodedSource(open_checkpoint(model)) as checkpoint:  # FP8 / MXFP4 / fused sources decoded
+        for name in members:
+            if name not in checkpoint:
+                return {"profile": profile, "note": f"{name} is not in {model}"}
+            tensors[name] = checkpoint[name]
     x = tensors[explanation.tensor.name]
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or x.ndim < 2:
         return {

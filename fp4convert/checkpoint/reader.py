@@ -1,8 +1,9 @@
 """Read a source checkpoint's tensors once, and hash its files on the way.
 
-:class:`SourceReader` serves tensors by name (one file descriptor per shard, one positional read
-per tensor, no mmap) and computes every shard's sha256 from the bytes it reads anyway, so the
-manifest's source hashes cost no second pass over the source in the usual, front-to-back order.
+:class:`SourceReader` serves a source's logical tensors by name (one file descriptor per shard,
+one positional read per stored range, no mmap; quantized and fused sources decoded on the way)
+and computes every shard's sha256 from the bytes it reads anyway, so the manifest's source hashes
+cost no second pass over the source in the usual, front-to-back order.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.decode.read import SourceDecoder
 from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
@@ -46,6 +48,9 @@ class SourceReader:
         self._lock = threading.Lock()
         self._hash_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash")
         self._backlog: list[Future[None]] = []
+        self._separate_pool = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-hash-file")
+        self._separate: dict[str, Future[str]] = {}  # shards read out of order: hashed from disk
+        self._decoder = SourceDecoder(source.view(), self.read_range)
 
     def _file(self, shard: str) -> SafetensorsFile:
         with self._lock:
@@ -59,20 +64,27 @@ class SourceReader:
             return self._files[shard]
 
     def read(self, name: str) -> torch.Tensor:
-        """Source tensor ``name`` with its dtype and shape (a fresh CPU tensor)."""
-        shard = self.source.tensor_file[name]
-        tensor = self._file(shard).read(name)
-        entry = self.source.shards[shard][name]
+        """Logical tensor ``name`` of the source (a fresh CPU tensor): a stored tensor as it is, or
+        decoded where the source stores it quantized or fused (:meth:`SourceCheckpoint.view`)."""
+        return self._decoder.read(name)
+
+    def read_range(self, shard: str, start: int, end: int) -> torch.Tensor:
+        """Bytes ``[start, end)`` of ``shard`` as uint8 (one expert's slice of a fused tensor, a scale).
+
+        A shard first read out of order is hashed from disk right away, on a thread of its own,
+        instead of after the conversion (FP8 sources keep their scales apart from their weights).
+        """
+        data = self._file(shard).read_range(start, end)
         with self._lock:  # queue hash updates in file order (the pool runs them in that order)
-            if shard not in self._broken and entry.start == self._next_offset[shard]:
-                data = tensor.reshape(-1).view(torch.uint8).numpy()
-                self._backlog.append(self._hash_pool.submit(self._hashers[shard].update, data))
-                self._next_offset[shard] = entry.end
-            else:
+            if shard not in self._broken and start == self._next_offset[shard]:
+                self._backlog.append(self._hash_pool.submit(self._hashers[shard].update, data.numpy()))
+                self._next_offset[shard] = end
+            elif shard not in self._broken:
                 self._broken.add(shard)
+                self._separate[shard] = self._separate_pool.submit(file_sha256, self.source.root / shard)
             while len(self._backlog) > self._HASH_BACKLOG or (self._backlog and self._backlog[0].done()):
                 self._backlog.pop(0).result()
-        return tensor
+        return data
 
     def shard_hashes(self) -> dict[str, str]:
         """sha256 of every source shard file (a separate pass for any not read front to back)."""
@@ -81,7 +93,9 @@ class SourceReader:
         out = {}
         for shard in self.source.shards:
             size = (self.source.root / shard).stat().st_size
-            if shard in self._broken or self._next_offset.get(shard) != size:
+            if shard in self._separate:
+                out[shard] = self._separate[shard].result()
+            elif shard in self._broken or self._next_offset.get(shard) != size:
                 out[shard] = file_sha256(self.source.root / shard)  # fall back to a separate pass
             else:
                 out[shard] = self._hashers[shard].hexdigest()
@@ -90,5 +104,6 @@ class SourceReader:
     def close(self) -> None:
         """Finish pending hash updates and close every file."""
         self._hash_pool.shutdown(wait=True)
+        self._separate_pool.shutdown(wait=True)
         for f in self._files.values():
             f.close()

@@ -217,13 +217,19 @@ class SafetensorsFile:
     def read_bytes(self, name: str) -> torch.Tensor:
         """The raw bytes of tensor ``name`` as a uint8 tensor (one positional read, no mmap)."""
         entry = self.entries[name]
-        buf = torch.empty(entry.nbytes, dtype=torch.uint8)
+        return self.read_range(entry.start, entry.end, what=name)
+
+    def read_range(self, start: int, end: int, *, what: str | None = None) -> torch.Tensor:
+        """Bytes ``[start, end)`` of the file (absolute offsets) as a uint8 tensor: one positional
+        read, e.g. one expert's slice of a fused tensor. ``what`` names the tensor in errors."""
+        buf = torch.empty(end - start, dtype=torch.uint8)
         view = memoryview(buf.numpy())  # type: ignore[arg-type]  # numpy arrays are buffers
         done = 0
-        while done < entry.nbytes:
-            n = os.preadv(self._fd, [view[done:]], entry.start + done)
+        while done < end - start:
+            n = os.preadv(self._fd, [view[done:]], start + done)
             if n <= 0:
-                raise CheckpointError(f"{self.path}: unexpected end of file reading {name!r}", tensor=name)
+                where = repr(what) if what else f"bytes {start}..{end}"
+                raise CheckpointError(f"{self.path}: unexpected end of file reading {where}", tensor=what)
             done += n
         return buf
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fp4convert.checkpoint.decode.units import SourceView
+from fp4convert.checkpoint.decode.view import source_view
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
 from fp4convert.errors import CheckpointError
-from fp4convert.families import inventory_from_tensors
 from fp4convert.inventory import ModelInventory
-from fp4convert.inventory.dtypes import torch_dtype, torch_name
 
 __all__ = [
     "INDEX_NAME",
@@ -51,6 +51,7 @@ class SourceCheckpoint:
     shards: dict[str, dict[str, TensorEntry]]  # file name -> its tensors, in data order
     tensor_file: dict[str, str] = field(default_factory=dict)  # tensor name -> file name
     other_files: list[str] = field(default_factory=list)  # copied unchanged (tokenizer, ...)
+    _view: SourceView | None = field(default=None, repr=False, compare=False)
 
     def open(self, shard: str) -> SafetensorsFile:
         return SafetensorsFile(self.root / shard)
@@ -58,22 +59,27 @@ class SourceCheckpoint:
     def entry(self, tensor: str) -> TensorEntry:
         return self.shards[self.tensor_file[tensor]][tensor]
 
+    def view(self) -> SourceView:
+        """The logical view of this source: every model tensor under its per-tensor name, its source
+        format (dense, FP8 block-scaled, MXFP4, fused 3-D experts) and read unit; built once from the
+        headers (:func:`fp4convert.checkpoint.decode.source_view`, docs/sources.md).
+
+        Raises:
+            CheckpointError: the source's structure is inconsistent (a missing or mismatched scale ...).
+        """
+        if self._view is None:
+            self._view = source_view(self.config, self.shards)
+        return self._view
+
     def inventory(self) -> ModelInventory:
-        """Every tensor, classified by its family, from the headers already read: shard by shard in
-        file order, each shard in data order, with on-disk shapes and dtypes.
+        """Every tensor, classified by its family, from the headers already read: in read order
+        (shard by shard, each in data order), with decoded shapes and dtypes and source formats.
 
         Raises:
             MappingError: a tensor is not part of the config's family, or is ambiguous.
-            CheckpointError: a tensor's dtype has no torch dtype.
+            CheckpointError: the source's structure is inconsistent.
         """
-        tensors = []
-        for entries in self.shards.values():
-            for entry in entries.values():
-                dtype = torch_dtype(entry.dtype)
-                if dtype is None:  # pragma: no cover - read_header accepts table dtypes only
-                    raise CheckpointError(f"tensor {entry.name!r} has unknown dtype {entry.dtype}", tensor=entry.name)
-                tensors.append((entry.name, entry.shape, torch_name(dtype)))
-        return inventory_from_tensors(self.config, tensors)
+        return self.view().inventory()
 
 
 _JSON_TYPES = {int: "number", float: "number", bool: "boolean", list: "array", dict: "object", type(None): "null"}

@@ -12,6 +12,7 @@ from fp4convert.cli.render import describe_model, echo_json, echo_notes, problem
 from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.contract.emit import TARGETS, emit
 from fp4convert.contract.lint import lint
+from fp4convert.plan import build_plan, human_bytes
 
 __all__ = ["contract"]
 
@@ -36,6 +37,8 @@ def check(ctx: click.Context, file: Path, model: str | None, as_json: bool) -> N
     findings = lint(loaded, inventory)
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
+    # A model read from a checkpoint: how it stores its tensors, bytes read and written per format.
+    sources = {} if inventory is None or errors else build_plan(loaded, inventory).by_source_format()
     if as_json:
         report = {
             "file": str(file),
@@ -45,11 +48,17 @@ def check(ctx: click.Context, file: Path, model: str | None, as_json: bool) -> N
             "errors": errors,
             "warnings": warnings,
             "findings": [dataclasses.asdict(f) for f in findings],
+            "source_formats": {fmt: totals.to_dict() for fmt, totals in sources.items()},
         }
         echo_json(report)
     else:
         for finding in findings:
             click.echo(problem_text(finding.severity, finding.code, finding.message, finding.hint))
+        for fmt, totals in sources.items():
+            click.echo(
+                f"source {fmt}: {totals.tensors:,} tensors, {human_bytes(totals.bytes_before)} read -> "
+                f"{human_bytes(totals.bytes_after)} written"
+            )
         on_model = "" if inventory is None else f" on {describe_model(inventory)}"
         click.echo(
             f"{file}: contract '{loaded.name}' (sha256 {contract_hash(loaded)[:16]}){on_model}: "

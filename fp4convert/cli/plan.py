@@ -66,6 +66,11 @@ def render(plan: Plan, console: Console, *, model: str, tensors: bool) -> None:
     console.print(_totals_table(f"Per role{mtp}", "role", by_role, decoder.params))
     console.print(_totals_table(f"Per winning rule{mtp}", "rule", plan.by_rule(), decoder.params))
     console.print(_totals_table(f"Per format{mtp}", "format", plan.by_format(), decoder.params))
+    by_source = plan.by_source_format()
+    if by_source:  # read from a checkpoint: how it stores its tensors, and what comes back exactly
+        console.print(_totals_table(f"Per source format{mtp}", "source format", by_source, decoder.params))
+        counts = ", ".join(f"{n:,} {word}" for word, n in plan.lossless_counts().items())
+        console.print(f"lossless (dequantized output == dequantized source, docs/sources.md): {counts}")
     by_layer = {_layer_name(layer, plan): totals for layer, totals in plan.by_layer().items()}
     console.print(_totals_table("Per layer", "layer", by_layer, decoder.params))
 

@@ -13,6 +13,7 @@ import difflib
 from typing import TYPE_CHECKING
 
 from fp4convert.contract.decision import Explanation
+from fp4convert.contract.lossless import source_notes
 from fp4convert.contract.resolve import ALL_NAMESPACES, resolve
 from fp4convert.contract.sections import Namespace
 from fp4convert.errors import MappingError
@@ -116,4 +117,5 @@ def explain(
     decision, resolve_notes = resolve(
         contract, tensor, num_layers=num_layers, num_mtp_layers=num_mtp, namespaces=namespaces
     )
-    return Explanation(tensor, decision, num_layers, namespaces, notes + resolve_notes)
+    sources = source_notes(tensor, decision, contract.nvfp4_profile)
+    return Explanation(tensor, decision, num_layers, namespaces, notes + resolve_notes + sources)

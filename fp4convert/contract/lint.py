@@ -11,6 +11,7 @@ Without a model (checks on the contract alone):
   formats differ, warning if they agree).
 * ``mla-1d-blocks`` (warning): probed on DeepSeek-style names, MLA ``kv_b_proj`` would get 1-D
   blocks (MXFP8 1x32 or NVFP4 1x16) although it is used with two contraction axes.
+* ``mxfp4-cast-not-for-rl`` (warning): ``quantizer: mxfp4-cast`` is for serving an MXFP4 release.
 
 With a model, every tensor is resolved, and:
 
@@ -25,6 +26,9 @@ With a model, every tensor is resolved, and:
 * ``fused-format-mismatch`` (error): fused siblings get different formats.
 * ``namespace-disagreement`` (error): the HF rules alone and the Megatron rules alone give a tensor
   different formats, i.e. the converter/sampler and the learner would disagree.
+* ``lossy-fp8-requantize`` (warning): an FP8 source tensor with arbitrary FP32 scales goes to MXFP8
+  (docs/sources.md); ``mxfp4-cast-not-mxfp4`` (warning): the MXFP4 cast on a tensor whose source is
+  not MXFP4.
 
 Findings about many tensors are reported once, with the count and the first few names.
 """
@@ -38,6 +42,7 @@ from typing import Literal
 
 from fp4convert.contract.decision import Decision
 from fp4convert.contract.footprint import fits_blocks
+from fp4convert.contract.lossless import MXFP4_CAST, base_source_format
 from fp4convert.contract.model import Contract
 from fp4convert.contract.resolve import FUSED_CONFLICT_HINT, describe_conflict, fused_conflicts, resolve
 from fp4convert.contract.sections import MXFP8Recipe, Namespace, NVFP4Recipe
@@ -96,6 +101,17 @@ def _is_one_dimensional(decision: Decision) -> bool:
 def _static_findings(contract: Contract) -> list[Finding]:
     findings: list[Finding] = []
     nvfp4 = contract.formats.nvfp4
+    if contract.quantizer == MXFP4_CAST:
+        findings.append(
+            Finding(
+                "warning",
+                "mxfp4-cast-not-for-rl",
+                "quantizer mxfp4-cast (ModelOpt's lossless MXFP4 cast) is for serving a released MXFP4 checkpoint: "
+                "the learner quantizes its BF16 master with te arithmetic, not with this one",
+                "use quantizer te for a contract an RL run updates weights under",
+                rule="quantizer",
+            )
+        )
     if (
         "nvfp4" in contract.formats_used
         and nvfp4.per_token_activations
@@ -221,6 +237,28 @@ class _ModelLint:
                 f"shape {tensor.shape} does not divide into {decision.format} {block} blocks",
                 "keep these tensors bf16 (a rule or bf16_exceptions.names) or pad them before conversion",
             )
+        source = base_source_format(tensor)
+        if decision.format == "mxfp8" and source == "fp8-block":
+            self.add(
+                "warning",
+                "lossy-fp8-requantize",
+                decision.rule,
+                tensor.name,
+                "FP8 source with arbitrary FP32 block scales requantized to MXFP8: values are rounded again "
+                "(sampler and learner must both start from the same dequantized BF16 master)",
+                "keep them nvfp4 or bf16, or convert from a release with power-of-two scales (scale_fmt: ue8m0)",
+            )
+        if decision.format == "nvfp4" and self.contract.quantizer == MXFP4_CAST and tensor.source_format:
+            if source != "mxfp4":
+                self.add(
+                    "warning",
+                    "mxfp4-cast-not-mxfp4",
+                    decision.rule,
+                    tensor.name,
+                    f"quantizer mxfp4-cast on a {source} source tensor: its power-of-two scales keep values "
+                    "exactly only for MXFP4 sources",
+                    "use quantizer te for these tensors' model, or convert the MXFP4 release itself",
+                )
         if tensor.role is Role.MLA_PROJECTION and _is_one_dimensional(decision):
             self.add(
                 "error",

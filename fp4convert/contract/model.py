@@ -64,7 +64,9 @@ class Contract(StrictModel):
         name: short identifier, shown in reports and emitted files.
         description: free text.
         quantizer: the NVFP4 arithmetic profile (``fp4convert.formats.profiles``): ``te`` (default,
-            TransformerEngine >= 2.14 and FlashInfer without fast math), ``te-2.13`` or ``modelopt``.
+            TransformerEngine >= 2.14 and FlashInfer without fast math), ``te-2.13``, ``modelopt``,
+            or the opt-in ``mxfp4-cast`` (ModelOpt's lossless MXFP4 cast: for serving an MXFP4
+            release, not for RL weight updates; docs/sources.md).
         formats: the recipe of each low-precision format.
         rules: matchers, at least one. Their order in the file never changes a format.
         default: format of GEMM weights no rule or exception covers; ``null`` makes an uncovered

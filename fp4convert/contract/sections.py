@@ -64,7 +64,7 @@ FORMATS: tuple[Format, ...] = ("nvfp4", "mxfp8", "bf16")
 Namespace = Literal["hf", "megatron"]
 # Same names as fp4convert.formats.profiles.Profile (a test guards the two lists); repeated here so
 # that loading a contract does not import torch.
-QuantizerProfile = Literal["te", "te-2.13", "modelopt"]
+QuantizerProfile = Literal["te", "te-2.13", "modelopt", "mxfp4-cast"]
 #: TransformerEngine's 4over6 candidate error (``nvfp4_4over6_err_mode``), lower case.
 FourOverSix = Literal["mae", "mse"]
 BackwardMode = Literal["high_precision", "dequantized"]

@@ -1,7 +1,8 @@
 """``dequantize``: an NVFP4 / MXFP8 checkpoint back to a high-precision HF checkpoint.
 
 Reads any of the three dialects (ModelOpt, SGLang MXFP8, compressed-tensors), whether fp4convert
-wrote it or not, and writes plain BF16 weights that transformers loads on any device (it cannot
+wrote it or not, and the quantized sources (FP8 block-scaled, MXFP4, fused 3-D experts:
+:mod:`fp4convert.convert.decoded`), and writes plain BF16 weights that transformers loads on any device (it cannot
 load NVFP4 MoE checkpoints on CPU today). The decode is the one engines use:
 ``W = e2m1 * float(weight_scale) * global_decode`` for NVFP4 (``global_decode`` is ModelOpt's
 ``weight_scale_2``, or ``1 / weight_global_scale`` for compressed-tensors) and
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ import torch
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
+from fp4convert.convert.decoded import write_decoded
 from fp4convert.dialects import DIALECTS, Dialect, dialect_for_config
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
@@ -31,12 +33,14 @@ __all__ = ["DequantizeReport", "dequantize_checkpoint"]
 
 @dataclass
 class DequantizeReport:
-    """What ``dequantize`` wrote: the folder, the modules decoded per format, the tensors copied."""
+    """What ``dequantize`` wrote: the folder, the modules decoded per format, the tensors copied, and
+    for a quantized source the tensors decoded per source format."""
 
     destination: str
     nvfp4_modules: int
     mxfp8_modules: int
     copied_tensors: int
+    source_formats: dict[str, int] = field(default_factory=dict)  # decoded source tensors per format
 
 
 def _dequant_nvfp4(packed: torch.Tensor, scale: torch.Tensor, decode: torch.Tensor) -> torch.Tensor:
@@ -114,6 +118,9 @@ def dequantize_checkpoint(
     """
     ckpt = open_checkpoint(source)
     dialect = dialect_for_config(ckpt.config)
+    if dialect is None and ckpt.view().decodes:  # an FP8 / MXFP4 / fused-expert source (docs/sources.md)
+        formats, copied = write_decoded(ckpt, Path(destination), dtype=dtype, overwrite=overwrite)
+        return DequantizeReport(str(destination), 0, 0, copied, formats)
     if dialect is None:
         quantization = ckpt.config.get("quantization_config")
         method = quantization.get("quant_method") if isinstance(quantization, dict) else None

@@ -125,7 +125,7 @@ def _convert_shards(
             if done and path.is_file() and tensor_hashes(path) == done:
                 sha.update(done)
                 resumed.append(file_name)
-                source_bytes = sum(plan.source.entry(i.info.name).nbytes for i in items)
+                source_bytes = sum(i.bytes_before for i in items)
                 hook("shard", {"file": file_name, "resumed": True, "bytes": source_bytes})
                 continue
             hook("shard", {"file": file_name, "resumed": False})

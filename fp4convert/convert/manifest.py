@@ -1,7 +1,8 @@
 """The manifest every converted checkpoint carries (``fp4convert.json``): what the converter records.
 
 The manifest embeds the contract and its hash, the fp4convert version and quantizer profile, the
-source files' sha256, and for every source tensor its decision and the sha256 of each output
+source files' sha256, the source's formats and dequantizers, and for every source tensor its
+decision, its source format, whether it is lossless (and why) and the sha256 of each output
 tensor. Its file name, version and reader are :mod:`fp4convert.checkpoint.manifest`; ``verify``
 and ``publish`` read it; it is written last, so its presence marks a finished conversion.
 """
@@ -58,6 +59,9 @@ def build_manifest(
             "layer": item.info.layer,
             "fused_group": item.decision.fused_group,
             "source_dtype": item.info.dtype,
+            "source_format": item.info.source_format,
+            "lossless": item.lossless.lossless,
+            "lossless_why": item.lossless.why,
             "shape": list(item.info.shape),
             "outputs": {
                 name: {"file": item.output_file, "dtype": dtype, "shape": list(shape), "sha256": sha[name]}
@@ -86,6 +90,10 @@ def build_manifest(
             "family": plan.inventory.family,
             "files": dict(source_hashes),
             "calibration": calibration_path,
+            # How the source stored its tensors, and the one dequantizer of each quantized format
+            # (docs/sources.md): the BF16 master every consumer derives from.
+            "formats": plan.source.view().formats(),
+            "dequantizers": plan.source.view().dequantizers(),
         },
         "formats": formats,
         "tensors": tensors,

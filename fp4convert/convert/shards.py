@@ -55,7 +55,7 @@ def write_shard(
     def write(item: PlannedTensor, tensors: Mapping[str, torch.Tensor]) -> None:
         for name, _, _ in item.outputs:
             writer.write(name, tensors[name])  # per-tensor sha256 + file write
-        hook("tensor", {"name": item.info.name, "bytes": plan.source.entry(item.info.name).nbytes})
+        hook("tensor", {"name": item.info.name, "bytes": item.bytes_before})
 
     with (
         ThreadPoolExecutor(1, thread_name_prefix="fp4convert-read") as read_pool,

@@ -230,8 +230,9 @@ def nvfp4_matrix(
     tile: Tile = "1x16",
     backend: Backend = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`nvfp4_matrix_reference` through the fastest exact path for the device (same bytes)."""
-    if backend == "auto" and kernels.has_fast_path(x2d):
+    """:func:`nvfp4_matrix_reference` through the fastest exact path for the device (same bytes);
+    the opt-in mxfp4-cast profile has no kernel and always takes the reference path."""
+    if backend == "auto" and kernels.has_fast_path(x2d) and profiles.profile_spec(profile).chain != "pow2":
         return kernels.nvfp4_matrix(x2d, row_amax, profile, tile16=tile == "16x16")
     return nvfp4_matrix_reference(x2d, row_amax, profile, tile=tile)
 

@@ -14,6 +14,8 @@ te                 ``a_b * rn32(S_enc * rn32(1/6))``        ``rn32(1 / rn32(sf *
 te-2.13            ``rn32(a_b / 6) * S_enc``                same as te                      ``sf = 0x00``
 modelopt           ``a_b / rn32(6 * s2)``, 0 -> 1.0,        divide: ``x / rn32(sf * s2)``   ``sf = 0x38``
                    clamped to [2**-9, 448]
+mxfp4-cast         ``2**(e_b - m)``, clamped to             same as te (exact: powers of    ``sf = 0x00``
+                   [2**-9, 2**8]                            two)
 te-4over6-mae      ``rn32(a_b / 6) * S_enc`` (map-to-6) or  same as te, per candidate       ``sf = 0x00``
 te-4over6-mse      ``rn32(that * 1.5)`` (map-to-4), the
                    lower MAE / MSE wins, ties to 6
@@ -22,6 +24,9 @@ te-4over6-*-256    as above with ``S_enc = rn32(1536/A)``   same as te          
 
 with ``S_enc = rn32(6 * B / A)``, ``B = 448`` (``256`` for the ``-256`` profiles), inf -> FLT_MAX,
 A == 0 or S_enc == 0 -> 1.0; ``S_dec = rn32(1 / S_enc)``; ModelOpt's ``s2 = rn32(A / 2688)``.
+For ``mxfp4-cast``, ``e(a)`` is the least integer with ``a <= 6 * 2**e(a)``, ``e_b = e`` of the larger
+amax of the block's 32-value pair (blocks 2j, 2j+1: one MXFP4 block), ``m = e(A) - 8`` and
+``S_dec = 2**m`` (exponent clamped to [-126, 127]).
 
 * ``te``: TransformerEngine >= 2.14 (PR #2555) kernels and python reference, and FlashInfer with
   ``FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH=1``. The default.
@@ -30,6 +35,12 @@ A == 0 or S_enc == 0 -> 1.0; ``S_dec = rn32(1 / S_enc)``; ModelOpt's ``s2 = rn32
   ``-0.0`` unsigned (code 0x0). For an all-zero tensor ModelOpt computes ``0 / 0`` and writes NaN
   scales; this profile defines that case as scale 1.0 (0x38) with zero data. (On CUDA ModelOpt's
   ``amax / 2688`` multiplies by a reciprocal, so its ``s2`` can differ by one ulp from this profile.)
+* ``mxfp4-cast``: ModelOpt's lossless MXFP4 -> NVFP4 cast (``--cast_mxfp4_to_nvfp4``,
+  ``examples/{llm_ptq,deepseek}/cast_mxfp4_to_nvfp4.py``): power-of-two global and block scales, so
+  an MXFP4 value ``c * 2**k`` keeps its E2M1 code wherever ``e_b - m >= -9``. It takes the block
+  exponent from the values (ModelOpt from the source's E8M0 byte: the same wherever a block's
+  largest code is 4 or 6), keeps the sign of -0.0 and writes 0x00 for an all-zero block. Opt-in,
+  for serving a released MXFP4 checkpoint; not for RL weight updates (docs/sources.md).
 * ``te-4over6-{mae,mse}[-256]``: TE >= 2.17 4over6 (``nvfp4_use_4over6``, ``nvfp4_4over6_err_mode``,
   ``nvfp4_e4m3_max`` 448 or 256, exact error path), :mod:`fp4convert.formats.four_over_six`.
 
@@ -75,6 +86,7 @@ Profile = Literal[
     "te",
     "te-2.13",
     "modelopt",
+    "mxfp4-cast",
     "te-4over6-mae",
     "te-4over6-mse",
     "te-4over6-mae-256",
@@ -82,15 +94,17 @@ Profile = Literal[
 ]
 PROFILES: tuple[str, ...] = get_args(Profile)
 #: The profiles without candidate selection: what a contract's ``quantizer`` names.
-BASE_PROFILES: tuple[str, ...] = PROFILES[:3]
-FOUR_OVER_SIX_PROFILES: tuple[str, ...] = PROFILES[3:]
+BASE_PROFILES: tuple[str, ...] = PROFILES[:4]
+FOUR_OVER_SIX_PROFILES: tuple[str, ...] = PROFILES[4:]
 
 MXFP8Profile = Literal["te", "te-2.18"]
 MXFP8_PROFILES: tuple[str, ...] = get_args(MXFP8Profile)
 
-Chain = Literal["te", "te-2.13", "modelopt", "4over6"]
+Chain = Literal["te", "te-2.13", "modelopt", "pow2", "4over6"]
 
 _MODELOPT_MIN_SCALE = 2.0**-9  # ModelOpt clamps block scales to the smallest E4M3 subnormal
+# The powers of two E4M3 holds exactly: 2**-9 (its smallest subnormal) to 2**8 (256).
+_E4M3_POW2_MIN, _E4M3_POW2_MAX = -9, 8
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,9 @@ _SPECS: dict[str, ProfileSpec] = {
     "te": ProfileSpec("te", description="TransformerEngine >= 2.14's order (block amax times S_enc/6)"),
     "te-2.13": ProfileSpec("te-2.13", description="TransformerEngine <= 2.13's order (block amax / 6 first)"),
     "modelopt": ProfileSpec("modelopt", description="ModelOpt's division order (x / (sf * s2))"),
+    "mxfp4-cast": ProfileSpec(
+        "pow2", description="ModelOpt's lossless MXFP4 cast (power-of-two global and block scales)"
+    ),
     "te-4over6-mae": ProfileSpec(
         "4over6", error="mae", description="TransformerEngine's 4over6 (map-to-4 or 6 by MAE, global bound 448)"
     ),
@@ -224,6 +241,11 @@ def outer_scales(
     """
     spec = profile_spec(profile)
     a = amax.float()
+    if spec.chain == "pow2":
+        if encode_scale is not None:
+            raise FormatError("the mxfp4-cast profile has no encode scale to impose", hint="impose decode_scale")
+        s_dec = _pow2_global(a) if decode_scale is None else decode_scale.float().expand_as(a)
+        return OuterScales(a, torch.div(scalar_like(1.0, a), s_dec), s_dec, s_dec)
     if spec.chain == "modelopt":
         if encode_scale is not None:
             raise FormatError("the modelopt profile has no encode scale to impose", hint="impose decode_scale (s2)")
@@ -243,6 +265,30 @@ def outer_scales(
     return OuterScales(a, s_enc, s_dec, mult)
 
 
+def _covering_exponent(a: torch.Tensor) -> torch.Tensor:
+    """The least integer ``e`` with ``a <= 6 * 2**e`` (int32), exactly: ``a = f * 2**p`` with
+    ``f`` in [0.5, 1) needs ``e = p - 3`` when ``f <= 0.75``, else ``p - 2``."""
+    f, p = torch.frexp(torch.where(a.isinf(), scalar_like(FLT_MAX, a), a))
+    return p - 3 + (f > 0.75).int()
+
+
+def _pow2_global(a: torch.Tensor) -> torch.Tensor:
+    """mxfp4-cast's global decode scale ``2**(e(A) - 8)``, the exponent clamped to fp32's normals."""
+    m = (_covering_exponent(a) - _E4M3_POW2_MAX).clamp(-126, 127)
+    return torch.ldexp(torch.ones_like(a), m)
+
+
+def _pow2_block_scales(block_amax: torch.Tensor, s_dec: torch.Tensor) -> torch.Tensor:
+    """mxfp4-cast's E4M3 block scales ``2**(e_b - m)``: one exponent per 32-value pair of blocks."""
+    nb = block_amax.shape[-1]
+    padded = torch.nn.functional.pad(block_amax, (0, nb % 2))
+    pair = padded.reshape(*padded.shape[:-1], -1, 2).amax(dim=-1).repeat_interleave(2, dim=-1)[..., :nb]
+    _, q = torch.frexp(s_dec)  # s_dec = 2**(q - 1)
+    d = (_covering_exponent(pair) - (q - 1)).clamp(_E4M3_POW2_MIN, _E4M3_POW2_MAX)
+    scale = e4m3_encode(torch.ldexp(torch.ones_like(pair), d))
+    return torch.where(pair == 0, torch.zeros_like(scale), scale)
+
+
 def _single_chain(profile: Profile, what: str) -> ProfileSpec:
     spec = profile_spec(profile)
     if spec.chain == "4over6":
@@ -260,6 +306,8 @@ def block_scale_bytes(block_amax: torch.Tensor, outer: OuterScales, profile: Pro
     spec = _single_chain(profile, "block scales")
     if spec.chain == "te":
         return e4m3_encode(block_amax * outer.mult)
+    if spec.chain == "pow2":
+        return _pow2_block_scales(block_amax, outer.s_dec)
     if spec.chain == "te-2.13":
         return e4m3_encode(torch.div(block_amax, scalar_like(E2M1.max, block_amax)) * outer.mult)
     psc = torch.div(block_amax, outer.mult)
@@ -327,11 +375,11 @@ def dequant_block_scale(scale_bytes: torch.Tensor, outer: OuterScales, profile: 
     """The float32 factor one block's E2M1 values are multiplied by to dequantize.
 
     te profiles follow TE's ``dequantize_fp4_kernel``: ``rn32(rn32(sf * A) * rn32(1/(6 * B)))``;
-    modelopt follows ``NVFP4QTensor.dequantize``: ``rn32(sf * s2)``.
+    modelopt follows ``NVFP4QTensor.dequantize``: ``rn32(sf * s2)``; mxfp4-cast too (exact there).
     """
     spec = profile_spec(profile)
     sf = e4m3_decode(scale_bytes)
-    if spec.chain == "modelopt":
+    if spec.chain in ("modelopt", "pow2"):
         return sf * outer.s_dec
     inv_global_max = torch.div(scalar_like(1.0, sf), scalar_like(spec.global_max, sf))
     return (sf * outer.amax) * inv_global_max

@@ -42,6 +42,8 @@ __all__ = [
 
 #: rows per block of a launch: one 16x16 tile row-group
 BLOCK_ROWS = 16
+#: block chains the segment kernels (CPU and CUDA) implement
+_SEGMENT_CHAINS = frozenset(kernels.PROFILE_CODES) - {"4over6"}
 
 
 @dataclass
@@ -255,8 +257,10 @@ def nvfp4_segments(
     if layout.cols % NVFP4_BLOCK or (tile == "16x16" and not layout.even_rows):
         raise FormatError(f"a group of width {layout.cols} and rows {layout.rows[:4]}... cannot take {tile} blocks")
     spec = profiles.profile_spec(profile)
+    # 4over6 and the mxfp4-cast's power-of-two chain have no segment kernel: one stacked matrix instead
+    segment_kernel = spec.chain in _SEGMENT_CHAINS
     device = sources.device
-    if spec.chain != "4over6" and _on_triton(device):
+    if segment_kernel and _on_triton(device):
         ts = _cuda_kernels()
         tables = layout.tables(device)
         ptrs, lds = sources.device_tables()
@@ -270,7 +274,7 @@ def nvfp4_segments(
         return
     row_amax = amax.float()[layout.tables(amax.device)["row_unit"]]
     if (
-        spec.chain != "4over6"
+        segment_kernel
         and device.type == "cpu"
         and sources.dtype in kernels.CPU_DTYPES
         and kernels.native_available()

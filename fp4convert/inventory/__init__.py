@@ -60,6 +60,12 @@ class TensorInfo:
         fused_kind: the kind of that group.
         gemm_weight: True for 2-D weights consumed by a GEMM (Linear weights, routers, lm_head):
             the only tensors a low-precision format can apply to.
+        source_format: how the source checkpoint stores it (docs/sources.md): ``dense`` (as its
+            dtype), ``fp8-block``, ``fp8-block-ue8m0`` or ``mxfp4`` (``dtype`` is then the BF16
+            it is dequantized to), with ``+fused-3d`` (and ``-transposed`` / ``-interleaved``)
+            when it is one expert's slice of a fused 3-D tensor; empty when no checkpoint was read.
+        source_nbytes: bytes read from the source for it (weight and scales); None when it is
+            ``numel x`` the size of ``dtype``.
     """
 
     name: str
@@ -73,6 +79,10 @@ class TensorInfo:
     fused_group: str | None = None
     fused_kind: FusedKind | None = None
     gemm_weight: bool = False
+    # How a checkpoint stores the tensor, not what the tensor is: left out of equality, so a
+    # tensor read from an FP8 release describes the same as the one its config describes.
+    source_format: str = field(default="", compare=False)
+    source_nbytes: int | None = field(default=None, compare=False)
 
     @property
     def numel(self) -> int:

@@ -10,8 +10,10 @@ carry). Reading ``fp4convert.families.megatron_to_hf`` over the output gives the
 byte for byte.
 
 Streaming with bounded memory: one Megatron tensor's HF pieces are read, fused and written before
-the next. Written like the converter: into ``DST.partial/``, shard headers first, renamed to
-``DST`` only when complete.
+the next. An FP8 or MXFP4 source is dequantized on the way, by the one dequantizer the converter
+uses (docs/sources.md), so the learner's BF16 master is exactly what the sampler was converted
+from. Written like the converter: into ``DST.partial/``, shard headers first, renamed to ``DST``
+only when complete.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.decode import DecodedSource
 from fp4convert.checkpoint.hashing import file_sha256
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name
+from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
@@ -90,13 +93,8 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, spelling: Mega
     groups: dict[str, _Target] = {}
     for info in inventory:  # stacked experts / fused MLA down projections gather several tables' tensors
         groups.setdefault(packed_name(info.megatron_name or info.name, spelling), _Target([])).members.append(info)
-    order = {name: n for n, name in enumerate(source.shards)}
-
-    def position(target: _Target) -> tuple[int, int]:
-        first = target.members[0].name
-        return order[source.tensor_file[first]], source.entry(first).start
-
-    targets = sorted(groups.values(), key=position)
+    view = source.view()
+    targets = sorted(groups.values(), key=lambda target: view.tensors[target.members[0].name].position)
     for target in targets:
         meta = {
             i.name: torch.empty(i.shape, dtype=torch_dtype(i.dtype), device="meta")
@@ -105,7 +103,7 @@ def _targets(inventory: ModelInventory, source: SourceCheckpoint, spelling: Mega
         }
         [(name, tensor)] = hf_to_megatron(meta, inventory.family, inventory.config, spelling=spelling).items()
         target.name, target.dtype, target.shape = name, dtype_name(tensor.dtype), tuple(tensor.shape)
-        target.file = source.tensor_file[target.members[0].name]
+        target.file = view.file_of(target.members[0].name)
     files = [f for f in source.shards if any(t.file == f for t in targets)]
     names = dict(zip(files, output_shard_names(len(files)), strict=True))
     for target in targets:
@@ -126,10 +124,9 @@ def _precision_files(contract: Contract, inventory: ModelInventory) -> tuple[dic
 def _write_shard(
     path: Path,
     targets: list[_Target],
-    source: SourceCheckpoint,
+    source: DecodedSource,
     inventory: ModelInventory,
     spelling: MegatronSpelling,
-    files: dict[str, SafetensorsFile],
     hook: ProgressHook,
 ) -> dict[str, str]:
     tmp = path.with_name(path.name + ".tmp")
@@ -140,12 +137,8 @@ def _write_shard(
     )
     try:
         for target in targets:
-            pieces = {}
-            for info in target.members:
-                shard = source.tensor_file[info.name]
-                if shard not in files:
-                    files[shard] = source.open(shard)
-                pieces[info.name] = files[shard].read(info.name)
+            # The BF16 master of a quantized source is its one dequantization (docs/sources.md).
+            pieces = {info.name: source[info.name] for info in target.members}
             out = hf_to_megatron(pieces, inventory.family, inventory.config, spelling=spelling)
             writer.write(target.name, out[target.name])
             hook(
@@ -219,25 +212,27 @@ def import_hf(
     )
     texts, notes = _precision_files(the_contract, inventory) if the_contract is not None else ({}, [])
     targets = _targets(inventory, ckpt, spelling)  # everything is decided before a byte is written
-    staging = prepare_staging(source_path, Path(destination), overwrite=overwrite, resumable=False)
-    hook("plan", {"tensors": len(targets), "bytes": sum(ckpt.entry(i.name).nbytes for i in inventory)})
-    by_file: dict[str, list[_Target]] = {}
-    for target in targets:
-        by_file.setdefault(target.file, []).append(target)
-    sha: dict[str, str] = {}
-    files: dict[str, SafetensorsFile] = {}
-    try:
+    view = ckpt.view()
+    with DecodedSource(ckpt) as decoded:
+        decoded.check_scales()  # a corrupt source scale is refused before anything is written
+        staging = prepare_staging(source_path, Path(destination), overwrite=overwrite, resumable=False)
+        hook("plan", {"tensors": len(targets), "bytes": sum(t.nbytes for t in view)})
+        by_file: dict[str, list[_Target]] = {}
+        for target in targets:
+            by_file.setdefault(target.file, []).append(target)
+        sha: dict[str, str] = {}
         for file_name, group in by_file.items():
-            sha.update(_write_shard(staging / file_name, group, ckpt, inventory, spelling, files, hook))
-    finally:
-        for handle in files.values():
-            handle.close()
+            sha.update(_write_shard(staging / file_name, group, decoded, inventory, spelling, hook))
     total = sum((staging / f).stat().st_size for f in by_file)
     if len(by_file) > 1:
         write_json_atomic(
             staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": {t.name: t.file for t in targets}}
         )
-    shutil.copy2(ckpt.root / "config.json", staging / "config.json")
+    if view.decodes:  # the output holds BF16 masters: the source's quantization_config no longer applies
+        config = {k: v for k, v in ckpt.config.items() if k != "quantization_config"}
+        write_json_atomic(staging / "config.json", config)
+    else:
+        shutil.copy2(ckpt.root / "config.json", staging / "config.json")
     for name in ckpt.other_files:
         shutil.copy2(ckpt.root / name, staging / name)
     for name, text in texts.items():
@@ -257,6 +252,8 @@ def import_hf(
                 "location": str(source),
                 "revision": revision,
                 "config_sha256": file_sha256(ckpt.root / "config.json"),
+                "formats": view.formats(),
+                "dequantizers": view.dequantizers(),
             },
             "contract": None
             if the_contract is None

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.decoded import decoded_source
 from fp4convert.checkpoint.safetensors_io import dtype_name
 from fp4convert.contract import contract_hash
 from fp4convert.dialects import OutputSpec
@@ -377,8 +378,9 @@ def validate_export_files(
     Args:
         dump: a folder of safetensors files with HF names (update buckets; no index needed), or
             one file.
-        master: the BF16 master: an HF checkpoint folder, or a folder / file of Megatron-named
-            safetensors (``fp4convert to-megatron`` writes one).
+        master: the BF16 master: an HF checkpoint folder (an FP8 / MXFP4 release or a fused-expert
+            save is read through its one dequantization, docs/sources.md), or a folder / file of
+            Megatron-named safetensors (``fp4convert to-megatron`` writes one).
         contract: a contract file or a shipped name.
         dialect: the dialect the exporter writes.
         config: the model's config.json; default ``config.json`` in the master folder.
@@ -410,7 +412,9 @@ def validate_export_files(
             file=str(config_path),
         )
     the_config = load_config(config_path)
-    with SafetensorsFolder(dump) as dumped, SafetensorsFolder(master_path) as masters:
+    # An FP8 / MXFP4 release or a fused-expert save is read through its one dequantization.
+    decoded = decoded_source(master_path)
+    with SafetensorsFolder(dump) as dumped, decoded or SafetensorsFolder(master_path) as masters:
         if masters.duplicates:
             name = next(iter(masters.duplicates))
             raise CheckpointError(f"master tensor {name!r} is stored in more than one file", tensor=name)

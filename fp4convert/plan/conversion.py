@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from fp4convert.checkpoint.decode import DecodedSource
 from fp4convert.checkpoint.source import SourceCheckpoint, output_shard_names
 from fp4convert.contract import Contract
 from fp4convert.dialects import Dialect
@@ -54,7 +55,8 @@ class ConversionPlan:
 
     @property
     def source_bytes(self) -> int:
-        return sum(self.source.entry(i.info.name).nbytes for i in self.items)
+        """Bytes of the source read for every item (weights and their scales)."""
+        return sum(i.bytes_before for i in self.items)
 
 
 def _assign_shards(items: list[PlannedTensor], max_shard_size: int | None) -> list[PlannedTensor]:
@@ -89,13 +91,12 @@ def plan_conversion(
         dialect: the output dialect.
         max_shard_size: bytes per output shard; None mirrors the source's shards.
     """
+    view = source.view()
     inventory = source.inventory()
-    items = [
-        replace(i, source_file=source.tensor_file[i.info.name]) for i in plan_tensors(contract, inventory, dialect)
-    ]
-    # Read each source shard front to back: conversion follows the data order of the files.
-    order = {name: n for n, name in enumerate(source.shards)}
-    items.sort(key=lambda i: (order[i.source_file], source.entry(i.info.name).start))
+    items = [replace(i, source_file=view.file_of(i.info.name)) for i in plan_tensors(contract, inventory, dialect)]
+    # Read each source shard front to back: conversion follows the data order of the files (the
+    # logical tensors' read order: an FP8 weight where its data is, experts of a fused tensor in turn).
+    items.sort(key=lambda i: view.tensors[i.info.name].position)
     items = _assign_shards(items, max_shard_size)
     return ConversionPlan(source, contract, dialect, inventory, items, shared_scale_groups(items))
 
@@ -125,9 +126,16 @@ def load_calibration(path: str | Path) -> dict[str, float]:
 def validate_conversion(plan: ConversionPlan, calibration: Mapping[str, float] | None = None) -> None:
     """Check everything that could fail later, and raise every problem at once.
 
+    Reads the source's scales (FP8 ``weight_scale_inv``, MXFP4 ``*_scales``: a small fraction of its
+    bytes) so a corrupt one is refused here, before anything is written.
+
     Raises:
         ConversionError: with one line per problem in the message.
+        CheckpointError: a source scale is NaN, infinite, zero or negative, or not the power of two
+            ``scale_fmt: ue8m0`` promises (naming the tensor).
     """
+    with DecodedSource(plan.source) as source:
+        source.check_scales()
     problems = plan_problems(plan.contract, plan.dialect, plan.items)
     if not any(item.quantized for item in plan.items):
         problems.append(

@@ -124,6 +124,22 @@ class Plan:
         """Decoder-model totals per format."""
         return dict(sorted(_group(self.decoder(), lambda p: p.format).items()))
 
+    def by_source_format(self) -> dict[str, Totals]:
+        """Decoder-model totals per source format (docs/sources.md): bytes read and written; empty
+        when the inventory came from a config alone (no source was read)."""
+        if not any(p.info.source_format for p in self.tensors):
+            return {}
+        return dict(sorted(_group(self.decoder(), lambda p: p.info.source_format).items()))
+
+    def lossless_counts(self) -> dict[str, int]:
+        """Tensors (all layers) per lossless verdict: ``lossless``, ``value-dependent``, ``lossy``."""
+        words = {True: "lossless", None: "value-dependent", False: "lossy"}
+        counts: dict[str, int] = {}
+        for p in self.tensors:
+            word = words[p.lossless.lossless]
+            counts[word] = counts.get(word, 0) + 1
+        return counts
+
     def by_layer(self) -> dict[int | None, Totals]:
         """Totals per layer (HF numbering, MTP layers included); None holds the tensors outside layers."""
         grouped = _group(self.tensors, lambda p: p.info.layer)
@@ -182,6 +198,8 @@ class Plan:
             "by_role": {key: value.to_dict() for key, value in self.by_role().items()},
             "by_rule": {key: value.to_dict() for key, value in self.by_rule().items()},
             "by_format": {key: value.to_dict() for key, value in self.by_format().items()},
+            "by_source_format": {key: value.to_dict() for key, value in self.by_source_format().items()},
+            "lossless": self.lossless_counts(),
             "by_layer": [
                 {"layer": layer, "is_mtp": layer is not None and layer >= self.num_layers, **value.to_dict()}
                 for layer, value in self.by_layer().items()

@@ -15,6 +15,7 @@ from typing import Any
 from fp4convert.checkpoint.safetensors_io import tensor_nbytes
 from fp4convert.contract import Contract
 from fp4convert.contract.footprint import storage_bytes
+from fp4convert.contract.lossless import UNDECIDED, Lossless, lossless
 from fp4convert.dialects import Dialect, OutputSpec, Planned
 from fp4convert.errors import MappingError
 from fp4convert.inventory import ModelInventory, Role, TensorInfo
@@ -24,7 +25,8 @@ __all__ = ["PlannedTensor", "members_of", "plan_tensors", "shared_scale_groups",
 
 
 def source_bytes(tensor: TensorInfo) -> int:
-    """Bytes a tensor takes in its source checkpoint: ``numel x`` the size of its dtype.
+    """Bytes a tensor takes in its source checkpoint: what was read for it (an FP8 weight and its
+    scales, an expert's slice of a fused tensor), else ``numel x`` the size of its dtype.
 
     Raises:
         MappingError: the dtype is not a known dtype name.
@@ -33,6 +35,8 @@ def source_bytes(tensor: TensorInfo) -> int:
         >>> source_bytes(TensorInfo("w", (4096, 1024), dtype="bfloat16"))
         8388608
     """
+    if tensor.source_nbytes is not None:
+        return tensor.source_nbytes
     size = itemsize(tensor.dtype)
     if size is None:
         raise MappingError(
@@ -57,6 +61,8 @@ class PlannedTensor(Planned):
             (:func:`fp4convert.contract.footprint.storage_bytes`).
         source_file: the source shard holding it (conversion plans only).
         output_file: the output shard its outputs go to (conversion plans only).
+        lossless: whether its output dequantizes to its source values exactly, and why
+            (:func:`fp4convert.contract.lossless.lossless`).
     """
 
     outputs: tuple[OutputSpec, ...] = ()
@@ -64,6 +70,7 @@ class PlannedTensor(Planned):
     bytes_after: int = 0
     source_file: str = ""
     output_file: str = ""
+    lossless: Lossless = UNDECIDED
 
     @property
     def format(self) -> str:
@@ -100,6 +107,9 @@ class PlannedTensor(Planned):
             "reason": self.decision.reason,
             "bytes_before": self.bytes_before,
             "bytes_after": self.bytes_after,
+            "source_format": t.source_format or None,
+            "lossless": self.lossless.lossless,
+            "lossless_why": self.lossless.why,
         }
 
 
@@ -126,6 +136,7 @@ def plan_tensors(contract: Contract, inventory: ModelInventory, dialect: Dialect
         ('nvfp4', 4612, ['weight', 'weight_scale', 'weight_scale_2', 'input_scale'])
     """
     decisions = contract.decide_all(inventory)
+    profile = contract.nvfp4_profile
     planned = []
     for info in inventory:
         decision = decisions[info.name]
@@ -137,6 +148,7 @@ def plan_tensors(contract: Contract, inventory: ModelInventory, dialect: Dialect
                 outputs=outputs,
                 bytes_before=source_bytes(info),
                 bytes_after=storage_bytes(info, decision),
+                lossless=lossless(info, decision, profile),
             )
         )
     return planned

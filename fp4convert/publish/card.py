@@ -9,6 +9,8 @@ contract embedded in it, so the card cannot drift from the bytes it describes:
   (contract and its SHA-256, dialect, quantizer profile, activation mode, tensors per format);
 * what was quantized: tensors, parameters and stored bytes per format, and per role and format;
 * what stayed BF16 and why: the deciding rule of every BF16 tensor, with its reason and an example;
+* for a quantized or fused source: its formats, their dequantizer, and which tensors are lossless
+  (dequantized output == dequantized source) and why;
 * how to serve it: the activation mode (per-token or calibrated), the environment and the SGLang
   flags the contract requires, rendered by :func:`fp4convert.contract.emit.emit` (fast math off);
 * the verification result, the contract (YAML and SHA-256) and the source files' SHA-256.
@@ -174,6 +176,39 @@ def _why(reason: str, fmt: str, rule: str) -> str:
     return reason.removeprefix(f"{fmt} from {rule}: ").replace("|", "\\|")
 
 
+def _source_section(manifest: Mapping[str, Any]) -> list[str]:
+    """How the source stored its tensors, the dequantizer of each quantized format, and which tensors
+    come back exactly (dequantized output == dequantized source) and why; nothing for a plain source
+    whose every tensor is quantized from its dense values or copied."""
+    tensors = manifest["tensors"]
+    groups: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for name, info in tensors.items():
+        if "lossless" not in info:  # a manifest from before source formats were recorded
+            return []
+        verdict = {True: "lossless", False: "not lossless", None: "if its values allow"}[info["lossless"]]
+        groups[(info["source_format"] or "dense", info["format"], verdict, info["lossless_why"])].append(name)
+    dequantizers = manifest["source"].get("dequantizers") or {}
+    if all(key[0] == "dense" for key in groups) and not dequantizers:
+        return []
+    lines = ["## Source formats, and what is lossless", ""]
+    lines += [f"- `{enc}` is dequantized once, for every consumer: `{how}`" for enc, how in dequantizers.items()]
+    lines += [
+        *([""] if dequantizers else []),
+        "Lossless: dequantizing the stored tensor gives the dequantized source bit for bit "
+        "(`fp4convert verify --source` proves each such tensor).",
+        "",
+    ]
+    rows = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    lines += _table(
+        ("source format", "format", "lossless", "tensors", "example", "why"),
+        (
+            (f"`{src}`", fmt, verdict, f"{len(names):,}", f"`{names[0]}`", why.replace("|", "\\|"))
+            for (src, fmt, verdict, why), names in rows
+        ),
+    )
+    return [*lines, ""]
+
+
 def _serving_section(contract: Contract, manifest: Mapping[str, Any], repo_id: str) -> list[str]:
     mode = manifest["activation_mode"]
     lines = ["## Serving", "", _LOADING.get(manifest["dialect"], ""), ""]
@@ -301,6 +336,9 @@ def render_card(
     if contract.description:
         lines += [f"> {contract.description.strip()}", ""]
     lines += _quantized_section(tensors)
+    source_lines = _source_section(manifest)
+    if source_lines:
+        lines += ["", *source_lines]
     lines += ["", "## What stayed BF16, and why", ""]
     bf16 = [row[1:] for row in _decisions(tensors, want_bf16=True)]
     lines += _table(("deciding rule", "tensors", "example", "reason"), bf16) if bf16 else ["Nothing."]

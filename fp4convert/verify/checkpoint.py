@@ -4,8 +4,10 @@ Without the source: every file the index names exists; every tensor has the mani
 shape and sha256; nothing is missing or extra; each quantized module carries exactly its dialect's
 tensors with the right dtypes; fused NVFP4 siblings share a bit-identical global scale; config.json
 routes engines to the dialect's loader. With the source: every tensor is quantized again from the
-source with the embedded contract and compared byte for byte, and the first differing block is
-reported with its values.
+source (through the one dequantizer of an FP8 / MXFP4 / fused source) with the embedded contract
+and compared byte for byte, the first differing block reported with its values; and every tensor
+the plan calls lossless is decoded and compared with the dequantized source bit for bit
+(:mod:`fp4convert.verify.lossless`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fp4convert.errors import CheckpointError
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.hub import resolve_source
 from fp4convert.plan import SharedAmax, input_amax, load_calibration, plan_conversion, quantize_tensor
+from fp4convert.verify.lossless import lossless_finding
 
 __all__ = ["TensorCheck", "VerifyReport", "verify_checkpoint"]
 
@@ -336,5 +339,8 @@ def _compare_with_source(
                         "" if same else _first_difference(dialect, name, item.decision.format, actual, tensor.cpu()),
                     )
                 )
+            proof = lossless_finding(item, x, tensors, dialect)  # dequantize(output) == dequantize(source)
+            if proof is not None:
+                report.checks.append(TensorCheck(item.info.name, proof[0], "lossless", proof[1]))
     finally:
         reader.close()

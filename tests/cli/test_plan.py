@@ -160,7 +160,11 @@ def test_plan_json_reproduces_the_deepseek_figures(capsys: pytest.CaptureFixture
         "reason",
         "bytes_before",
         "bytes_after",
+        "source_format",  # None: a config alone says nothing of how a checkpoint stores it
+        "lossless",
+        "lossless_why",
     }
+    assert first["source_format"] is None
 
 
 def test_plan_text_shows_tensors_and_totals(

@@ -14,7 +14,7 @@ from fp4convert.formats.segments import SegmentLayout, Sources, nvfp4_segments, 
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mse", "te-4over6-mae-256"])
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mse", "te-4over6-mae-256", "mxfp4-cast"])
 @pytest.mark.parametrize("tile", ["1x16", "16x16"])
 def test_nvfp4_segments_equal_the_per_tensor_quantizer(dtype, profile, tile):
     check_nvfp4(*group(dtype), profile, tile)

@@ -1,0 +1,127 @@
+"""What a source checkpoint's config.json declares about its weights: ``quantization_config``.
+
+Three kinds of source are read: plain (no ``quantization_config``: BF16, FP16 or FP32 tensors),
+FP8 block-scaled (``quant_method: fp8``, ``fmt: e4m3``, ``weight_block_size: [bm, bn]``, optional
+``scale_fmt: ue8m0``) and MXFP4 (``quant_method: mxfp4``, gpt-oss's ``*_blocks`` / ``*_scales``).
+Anything else is refused here, naming the field, before a tensor is read: an fp4convert output
+(ModelOpt, compressed-tensors, SGLang MXFP8) must be dequantized first, and other methods
+(bitsandbytes, GPTQ, per-tensor FP8 ...) are not sources fp4convert reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fp4convert.errors import CheckpointError
+
+__all__ = ["OUTPUT_METHODS", "SourceQuantization", "source_quantization"]
+
+Method = Literal["none", "fp8", "mxfp4"]
+
+#: quant_method values of fp4convert's own output dialects (and engines' spellings of them)
+OUTPUT_METHODS = ("modelopt", "compressed-tensors", "mxfp8", "modelopt_fp4", "modelopt_mxfp8")
+
+
+@dataclass(frozen=True)
+class SourceQuantization:
+    """A source's declared weight encoding.
+
+    Attributes:
+        method: ``none`` (plain tensors), ``fp8`` (block-scaled E4M3) or ``mxfp4``.
+        block: FP8 ``weight_block_size`` ``(rows, cols)``; None otherwise.
+        ue8m0: FP8 ``scale_fmt: ue8m0``: every scale is a power of two (checked when read).
+        not_converted: ``modules_to_not_convert`` / ``ignored_layers`` as declared (informative:
+            the tensors themselves say how they are stored).
+    """
+
+    method: Method = "none"
+    block: tuple[int, int] | None = None
+    ue8m0: bool = False
+    not_converted: tuple[str, ...] = ()
+
+
+def _field_error(field: str, found: Any, expected: str, hint: str) -> CheckpointError:
+    return CheckpointError(
+        f"config.json quantization_config.{field} is {found!r}, expected {expected}",
+        hint=hint,
+        file="config.json",
+        field=f"quantization_config.{field}",
+        found=found,
+    )
+
+
+def _block_size(value: Any) -> tuple[int, int]:
+    ok = (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    )
+    if not ok:
+        raise _field_error(
+            "weight_block_size",
+            value,
+            "two positive integers such as [128, 128]",
+            "per-tensor FP8 (no weight_block_size) is not a source fp4convert reads; DeepSeek, Kimi, MiniMax "
+            "and Qwen3-FP8 releases give [128, 128]",
+        )
+    return int(value[0]), int(value[1])
+
+
+def source_quantization(config: Mapping[str, Any]) -> SourceQuantization:
+    """The weight encoding ``config`` declares.
+
+    Raises:
+        CheckpointError: an unknown ``quant_method``, ``fmt`` or ``scale_fmt``, a missing or
+            malformed ``weight_block_size``, static FP8 activation scales, or an fp4convert output
+            dialect given as a source; the error names the field.
+
+    Example:
+        >>> source_quantization({"quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+        ...     "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}})
+        SourceQuantization(method='fp8', block=(128, 128), ue8m0=True, not_converted=())
+        >>> source_quantization({}).method
+        'none'
+    """
+    q = config.get("quantization_config")
+    if q is None:
+        return SourceQuantization()
+    if not isinstance(q, Mapping):
+        raise _field_error("", q, "an object", "remove the field or re-download config.json")
+    method = q.get("quant_method")
+    ignored = q.get("modules_to_not_convert") or q.get("ignored_layers") or ()
+    not_converted = tuple(str(m) for m in ignored) if isinstance(ignored, list | tuple) else ()
+    if method == "fp8":
+        fmt = q.get("fmt", "e4m3")
+        if fmt != "e4m3":
+            raise _field_error("fmt", fmt, "'e4m3'", "only FP8 E4M3 weights are read (E5M2 weights are not)")
+        scale_fmt = q.get("scale_fmt")
+        if scale_fmt not in (None, "ue8m0"):
+            raise _field_error(
+                "scale_fmt", scale_fmt, "absent (FP32 scales) or 'ue8m0' (power-of-two scales)", "check the release"
+            )
+        scheme = q.get("activation_scheme", "dynamic")
+        if scheme != "dynamic":
+            raise _field_error(
+                "activation_scheme",
+                scheme,
+                "'dynamic'",
+                "static FP8 activation scales (input_scale tensors) are not read; the weights' block scales are",
+            )
+        return SourceQuantization("fp8", _block_size(q.get("weight_block_size")), scale_fmt == "ue8m0", not_converted)
+    if method == "mxfp4":
+        return SourceQuantization("mxfp4", not_converted=not_converted)
+    if method in OUTPUT_METHODS:
+        raise _field_error(
+            "quant_method",
+            method,
+            "fp8 or mxfp4 (or no quantization_config)",
+            "this is already a converted checkpoint; run `fp4convert dequantize` on it first, or convert its source",
+        )
+    raise _field_error(
+        "quant_method",
+        method,
+        "fp8 (block-scaled E4M3) or mxfp4, or no quantization_config (BF16/FP16/FP32)",
+        "fp4convert reads BF16/FP16/FP32, FP8 block-scaled and MXFP4 sources; dequantize other formats first",
+    )
