@@ -98,6 +98,53 @@ def test_steady_state_reuses_the_same_buffers(model):
     assert len(addresses) == 1
 
 
+def _own_bytes(update, master) -> int:
+    """Bytes of the outputs that are not the master's own tensors (what the exporter allocated)."""
+    held = {t.untyped_storage().data_ptr() for t in master.values()}
+    return sum(t.numel() * t.element_size() for _, t in update if t.untyped_storage().data_ptr() not in held)
+
+
+def _profiled_sync(exporter, master) -> tuple[list[tuple[str, int]], int, int]:
+    """One sync whose update is dropped at once, under the profiler's memory tracking: the
+    allocating ops in order with their bytes, the net bytes the sync left allocated, and the peak
+    of the bytes it had allocated at any point (events in time order)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        update = exporter(master)
+        del update
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    ops = [(e.name, e.self_cpu_memory_usage) for e in events if e.name != "[memory]" and e.self_cpu_memory_usage]
+    deltas = [e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage for e in events]
+    running = peak = 0
+    for delta in deltas:
+        running += delta
+        peak = max(peak, running)
+    return ops, running, peak
+
+
+@pytest.mark.parametrize(("layout", "dialect"), [("grouped", "modelopt"), ("single_grouped", "compressed-tensors")])
+def test_no_allocation_grows_across_syncs(layout, dialect, model):
+    """Sync 1 keeps one set of output buffers (about the quantized output's size); every later sync
+    allocates exactly what sync 2 allocates (the same ops, the same bytes), frees all of it, and
+    never holds more than a fraction of one output at once."""
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+    exporter = _exporter(config, dialect=dialect)
+    own = _own_bytes(exporter(megatron), megatron)
+    gc.collect()
+    fresh = _exporter(config, dialect=dialect)
+    _, kept, _ = _profiled_sync(fresh, megatron)
+    assert own <= kept <= 1.15 * own, (kept, own)  # the output set, its views and the segment tables
+    steady = [_profiled_sync(fresh, megatron) for _ in range(5)]
+    ops, net, peak = steady[0]
+    assert ops and net == 0
+    assert peak < own / 2, (peak, own)  # a second output set would be >= own
+    for later in steady[1:]:
+        assert later == steady[0]
+    assert len(fresh._sets) == 1
+
+
 @pytest.mark.parametrize("layout", STACKED)
 def test_stacked_expert_masters_export_and_validate(layout, model):
     hf, config = model("qwen3_moe")
