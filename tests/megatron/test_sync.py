@@ -5,16 +5,18 @@ sent in, and validate_export on stacked-expert masters."""
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
 import torch
-from _helpers import NVFP4_EXPERTS, assert_bytes_equal
+from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
 
 from fp4convert import export_hf, validate_export
 from fp4convert.families import MegatronSpelling, hf_to_megatron
 from fp4convert.megatron.sync import LiveExporter, bucketed
 
 STACKED = ["single_grouped", "legacy_grouped"]
+DEEPSEEK_NVFP4 = Path(__file__).parent / "data" / "deepseek-nvfp4-mla-bf16.yaml"
 
 
 def _exporter(config, **kwargs) -> LiveExporter:
@@ -221,3 +223,46 @@ def test_cuda_live_exporter_equals_the_cpu_export(layout, dialect, model):
             assert_bytes_equal(gpu[name], tensor)
         assert validate_export(gpu, on_gpu, contract=NVFP4_EXPERTS, family=None, config=config, dialect=dialect).ok
         del gpu
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(("key", "contract", "dialect"), [
+    ("qwen3_moe", NVFP4_EXPERTS, "modelopt"), ("qwen3_moe", MXFP8_ALL, "sglang-mxfp8"),
+    ("deepseek_v3", DEEPSEEK_NVFP4, "compressed-tensors"),
+])  # fmt: skip
+def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, model):
+    """torch.cuda.memory_allocated after every steady sync (update dropped) is what it was after
+    the first; a steady sync allocates under half an output set at its peak; the first sync keeps
+    about one output set; bytes equal the CPU export every time."""
+    hf, config = model(key)
+    megatron = hf_to_megatron(hf, key, config)
+    cpu = dict(LiveExporter(contract=contract, config=config, dialect=dialect)(megatron))
+    on_gpu = {n: t.cuda() for n, t in megatron.items()}
+    exporter = LiveExporter(contract=contract, config=config, dialect=dialect)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    update = exporter(on_gpu)
+    own = _own_bytes(update, on_gpu)
+    for name, tensor in update:
+        assert_bytes_equal(tensor, cpu[name])
+    del update
+    gc.collect()
+    torch.cuda.synchronize()
+    after_first = torch.cuda.memory_allocated()
+    # the output set, plus what the caching allocator rounds each small buffer up to (512 B blocks:
+    # a group's three output matrices, its segment and address tables) and the split copies
+    slack = 8192 * len(exporter.groups) + 512 * len(cpu) + (1 << 16)
+    assert own <= after_first - before <= own + slack, (after_first - before, own, slack)
+    for _ in range(3):
+        torch.cuda.reset_peak_memory_stats()
+        update = dict(exporter(on_gpu))
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - after_first
+        for name, tensor in cpu.items():
+            assert_bytes_equal(update[name], tensor)
+        del update
+        gc.collect()
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() == after_first
+        assert peak < max(own / 2, 1 << 16), (peak, own)
