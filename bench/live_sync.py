@@ -45,6 +45,8 @@ from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.sync import LiveExporter
 
 GB = 1e9
+#: sections that failed (the script exits non-zero after printing everything else)
+FAILED: list[str] = []
 #: elements of the copy that measures the roofline: 2 GB of BF16 on the GPU, 0.25 GB on the CPU
 COPY_ELEMENTS = {True: 1_000_000_000, False: 125_000_000}
 
@@ -161,6 +163,21 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
                       n * 2 + n + n // 32)  # fmt: skip
 
 
+def _device_memory(device: str) -> int:
+    """Bytes allocated on the device now, the peak counter reset (0 on the CPU)."""
+    if not device.startswith("cuda"):
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
+
+
+def _own_bytes(update: list[tuple[str, torch.Tensor]], master: dict[str, torch.Tensor]) -> int:
+    """Bytes of the outputs that are not the master's own tensors (what the exporter allocated)."""
+    held = {t.untyped_storage().data_ptr() for t in master.values()}
+    return sum(t.numel() * t.element_size() for _, t in update if t.untyped_storage().data_ptr() not in held)
+
+
 def _stacked_seconds(experts: list[torch.Tensor], device: str, repeat: int) -> float:
     stacked = torch.cat(experts)
     return _time(lambda: quantize_nvfp4(stacked), device, repeat)
@@ -169,19 +186,22 @@ def _stacked_seconds(experts: list[torch.Tensor], device: str, repeat: int) -> f
 def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch.Tensor]) -> dict[str, float]:
     out: dict[str, float] = {}
     _weight_rows(table, device, repeat)
-    # one layer's 128 experts (gate/up): stacked, one call each, one grouped launch in place
+    # one layer's 128 expert gate projections (the gate rows of each linear_fc1, views of the
+    # learner's tensors: 128 x 768 x 2048 = the issue's 98304x2048): stacked into one matrix, one
+    # call each, and one grouped launch reading the 128 separate tensors in place
     count = sum(1 for n in master if n.startswith("decoder.layers.0.mlp.experts.linear_fc1."))
-    experts = [master[f"decoder.layers.0.mlp.experts.linear_fc1.weight{e}"] for e in range(count)]
+    fc1 = [master[f"decoder.layers.0.mlp.experts.linear_fc1.weight{e}"] for e in range(count)]
+    experts = [w[: w.shape[0] // 2] for w in fc1]
     n = sum(w.numel() for w in experts)
     moved = n * 2 + n // 2 + n // 16
-    seconds = _stacked_seconds(experts, device, repeat)
     rows, cols = n // experts[0].shape[1], experts[0].shape[1]
-    table.add(f"NVFP4 {rows}x{cols} (a layer's {count} expert fc1, stacked, one call)", seconds, n * 2, moved)
+    seconds = _stacked_seconds(experts, device, repeat)
+    table.add(f"NVFP4 quantize {rows}x{cols} (a layer's {count} expert gate_proj stacked)", seconds, n * 2, moved)
     out["stacked"] = n * 2 / seconds / GB
     seconds = _time(lambda: [quantize_nvfp4(w) for w in experts], device, max(1, repeat // 2))
     table.add(f"NVFP4 the same {count} experts, one call each", seconds, n * 2, moved)
     out["one_call_each"] = n * 2 / seconds / GB
-    layout = SegmentLayout.of([w.shape[0] for w in experts], cols=experts[0].shape[1])
+    layout = SegmentLayout.of([w.shape[0] for w in experts], cols=cols)
     sources = Sources(layout).bind(experts)
     data = torch.empty(layout.total_rows, layout.cols // 2, dtype=torch.uint8, device=device)
     scale = torch.empty(layout.total_rows, layout.cols // 16, dtype=torch.uint8, device=device)
@@ -193,6 +213,19 @@ def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch
     seconds = _time(grouped, device, repeat)
     table.add(f"NVFP4 the same {count} experts, one grouped launch (in place)", seconds, n * 2, moved)
     out["grouped"] = n * 2 / seconds / GB
+    # export's own grouping: a layer's whole linear_fc1 (gate + up) of every expert, one launch
+    n1 = sum(w.numel() for w in fc1)
+    layout1 = SegmentLayout.of([w.shape[0] for w in fc1], cols=cols)
+    sources1 = Sources(layout1).bind(fc1)
+    data1 = torch.empty(layout1.total_rows, cols // 2, dtype=torch.uint8, device=device)
+    scale1 = torch.empty(layout1.total_rows, cols // 16, dtype=torch.uint8, device=device)
+
+    def grouped_fc1() -> None:
+        nvfp4_segments(sources1, unit_amax(sources1), "te", tile="1x16", data=data1, scale=scale1)
+
+    seconds = _time(grouped_fc1, device, repeat)
+    table.add(f"NVFP4 {layout1.total_rows}x{cols} ({count} expert linear_fc1, one grouped launch)", seconds, n1 * 2,
+              n1 * 2 + n1 // 2 + n1 // 16)  # fmt: skip
     return out
 
 
@@ -218,12 +251,12 @@ def _byte_check(exported: dict[str, torch.Tensor], master: dict[str, torch.Tenso
                         got.contiguous().reshape(-1).view(torch.uint8), want.contiguous().reshape(-1).view(torch.uint8)
                     )
                     if not same:
-                        raise SystemExit(f"byte check failed: {name} differs from the CPU reference")
+                        raise RuntimeError(f"byte check failed: {name} differs from the CPU reference")
                     checked += 1
         norm = f"model.layers.{layer}.input_layernorm.weight"
         ln = master[f"decoder.layers.{layer}.self_attention.linear_qkv.layer_norm_weight"].cpu()
         if not torch.equal(exported[norm].cpu().view(torch.uint8), ln.view(torch.uint8)):
-            raise SystemExit(f"byte check failed: {norm}")
+            raise RuntimeError(f"byte check failed: {norm}")
         checked += 1
     return checked
 
@@ -244,10 +277,19 @@ def _validate_rows(
     _sync(device)
     first = time.perf_counter() - started
     if not report.ok:
-        raise SystemExit(f"validation failed: {report.summary()}")
+        raise RuntimeError(f"validation failed: {report.summary()}")
     table.add("validate_export, first call", first, master_bytes, None)
     seconds = _time(lambda: validate_export(exported, master, **kwargs), device, repeat)
     table.add("validate_export, steady state", seconds, master_bytes, None, f"first = {first / seconds:.1f}x steady")
+    rebuilt = {**kwargs, "config": {**kwargs["config"], "bench_nonce": time.time_ns()}}
+    started = time.perf_counter()
+    report = validate_export(exported, master, **rebuilt)
+    _sync(device)
+    fresh = time.perf_counter() - started
+    if not report.ok:
+        raise RuntimeError(f"validation failed: {report.summary()}")
+    table.add("validate_export, first call, plan built", fresh, master_bytes, None,
+              f"{fresh / seconds:.1f}x steady (goal <= 3x)")  # fmt: skip
     checked = _byte_check(exported, master, plan, layers)
     print(f"bytes: {checked} sampled exported tensors equal the CPU reference; validate_export: {report.summary()}")
 
@@ -318,6 +360,8 @@ def main() -> None:
         print(f"  {row['what']:<62} {row['gbps']:9.1f} GB/s {row['seconds'] * 1e3:9.2f} ms  {pct} {row['note']}")
     if args.json:
         print(json.dumps({"device": name, "layers": layers, "master_gb": master_bytes / GB, "rows": table.rows}))
+    if FAILED:
+        raise SystemExit(f"failed sections: {', '.join(FAILED)}")
 
 
 def _interleaved_ratio(master: dict[str, torch.Tensor], kwargs: dict[str, Any], repeat: int) -> None:
@@ -346,6 +390,7 @@ def _guarded(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception as error:
+        FAILED.append(what)
         print(f"!! {what} failed: {type(error).__name__}: {error}", flush=True)
         traceback.print_exc(limit=4)
         return None
@@ -377,6 +422,35 @@ def _export_rows(
     fresh = time.perf_counter() - started
     table.add("export, first call of a new exporter (plan cached, compiled)", fresh, master_bytes, moved,
               f"{fresh / steady:.1f}x steady")  # fmt: skip
+    del exporter
+    gc.collect()
+    # what a new RL job pays once its kernels are in Triton's on-disk cache: the plan built afresh
+    # (a config the plan cache has not seen), resolution, layouts, buffers, then the sync itself
+    rebuilt = {**kwargs["config"], "bench_nonce": time.time_ns()}
+    before = _device_memory(device)
+    started = time.perf_counter()
+    exporter = LiveExporter(contract=kwargs["contract"], config=rebuilt, dialect=kwargs["dialect"])
+    update = exporter(master.items())
+    _sync(device)
+    fresh = time.perf_counter() - started
+    own = _own_bytes(update, master)
+    table.add("export, first call of a new exporter, plan built (compiled)", fresh, master_bytes, moved,
+              f"{fresh / steady:.1f}x steady (goal <= 3x)")  # fmt: skip
+    del update
+    gc.collect()
+    if device.startswith("cuda"):
+        first_peak = torch.cuda.max_memory_allocated() - before
+        kept = torch.cuda.memory_allocated() - before
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        exporter(master.items())
+        _sync(device)
+        gc.collect()
+        steady_peak = torch.cuda.max_memory_allocated() - base
+        grown = torch.cuda.memory_allocated() - base
+        print(f"    device memory of a sync: quantized output {own / GB:.2f} GB; first sync peak extra "
+              f"{first_peak / GB:.2f} GB ({first_peak / own:.2f}x the output), kept {kept / GB:.2f} GB; steady sync "
+              f"peak extra {steady_peak / GB:.3f} GB, growth after it {grown} bytes", flush=True)  # fmt: skip
     seconds = _time(lambda: exporter(master.items()), device, repeat)
     table.add("LiveExporter, steady state (whole update, plan order)", seconds, master_bytes, moved)
     seconds = _time(lambda: list(exporter.buckets(master.items(), max_bytes=1 << 30)), device, repeat)
