@@ -40,18 +40,24 @@ Pair = tuple[str, torch.Tensor]
 class _OutputSet:
     """One sync's worth of output buffers (allocated per group on first use) and their views.
 
-    Free for reuse when nothing outside holds them: each view's reference count is its pair's
-    alone (``getrefcount(pair[1]) == 2``: the exporter hands out fresh pairs), and each
-    buffer's storage has no more users (views) than the exporter made.
+    Free for reuse when nothing outside holds them: each view's reference count is the exporter's
+    own two (its pair and its entry in the group's ready list; the exporter hands out fresh pairs),
+    and each buffer's storage has no more users (views) than the exporter made.
     """
 
     def __init__(self) -> None:
         self.groups: dict[int, GroupBuffers] = {}
+        #: per group, ``(plan position, name, view)`` of every output, in member order
+        self.ready: dict[int, list[tuple[int, str, torch.Tensor]]] = {}
         self.copies: dict[str, Pair] = {}  # high-precision outputs that are not the master's tensor
         self._pairs: list[Pair] = []
         self._storages: list[tuple[torch.Tensor, int]] = []
 
-    def group(self, plan: ExportPlan, index: int, group: Group, device: torch.device) -> GroupBuffers:
+    def group(
+        self, plan: ExportPlan, index: int, group: Group, device: torch.device, positions: list[int]
+    ) -> tuple[GroupBuffers, list[tuple[int, str, torch.Tensor]]]:
+        """The group's buffers on ``device`` (allocated on first use) and its ready list;
+        ``positions``: each member's first plan position."""
         found = self.groups.get(index)
         if found is None or found.data.device != device:
             found = GroupBuffers.allocate(plan, group, device)
@@ -61,7 +67,12 @@ class _OutputSet:
                     self._storages.append((buffer, _use_count(buffer)))
             for member in found.outputs:
                 self._pairs += member
-        return found
+            self.ready[index] = [
+                (position + i, name, tensor)
+                for position, pairs in zip(positions, found.outputs, strict=True)
+                for i, (name, tensor) in enumerate(pairs)
+            ]
+        return found, self.ready[index]
 
     def copy_of(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Pair:
         pair = self.copies.get(name)
@@ -75,7 +86,7 @@ class _OutputSet:
         """Whether nothing outside the exporter refers to these buffers any more."""
         refcount = sys.getrefcount
         return (
-            all(refcount(pair[1]) <= 2 for pair in self._pairs)
+            all(refcount(pair[1]) <= 3 for pair in self._pairs)  # its pair, its ready entry, the argument
             and all(refcount(pair[1]) <= 3 for pair in self.copies.values())  # + its _storages entry
             and all(_use_count(t) <= count for t, count in self._storages)
         )
@@ -145,6 +156,7 @@ class LiveExporter:
             self._position[item.info.name] = position
             position += len(item.outputs)
         self.num_outputs = position
+        self._firsts = [[self._position[item.info.name] for item in group.items] for group in self.groups]
         self._records: dict[tuple[str, tuple[int, ...]], tuple[bool, list[tuple[Piece, int]]]] = {}
         self._sets: list[_OutputSet] = []
         self.output_sets = output_sets
@@ -266,13 +278,9 @@ class LiveExporter:
             group.build_layout(pieces)
             self._layout_of[g] = pieces
         first = group.segments[0]
-        buffers = out.group(self.plan, g, group, arrived[(first[0], first[1])].device)
+        buffers, ready = out.group(self.plan, g, group, arrived[(first[0], first[1])].device, self._firsts[g])
         run_group(self.plan, group, arrived, pieces, buffers)
-        ready: list[tuple[int, Pair]] = []
-        for item, pairs in zip(group.items, buffers.outputs, strict=True):
-            position = self._position[item.info.name]
-            ready += [(position + i, (name, tensor)) for i, (name, tensor) in enumerate(pairs)]  # fresh pairs
-        return ready
+        return [(position, (name, tensor)) for position, name, tensor in ready]  # fresh pairs
 
     def _finish(
         self,
