@@ -273,12 +273,7 @@ def nvfp4_segments(
         )  # fmt: skip
         return
     row_amax = amax.float()[layout.tables(amax.device)["row_unit"]]
-    if (
-        segment_kernel
-        and device.type == "cpu"
-        and sources.dtype in kernels.CPU_DTYPES
-        and kernels.native_available()
-    ):
+    if segment_kernel and device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
         kernels.nvfp4_segments(sources.tensors, layout.out_rows, row_amax, profile, tile == "16x16", data, scale)
         return
     got_data, got_scale = nvfp4_matrix(sources.stacked(), row_amax, profile, tile=tile)  # type: ignore[arg-type]
