@@ -202,3 +202,19 @@ def test_the_new_families_tensors_the_exporter_must_place(family):
         assert hf_name in exported, (key, hf_name)
         if hf_name in hf:  # high precision: the HF tensor itself
             assert_bytes_equal(exported[hf_name], hf[hf_name])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(("contract", "dialect"), [DIALECTS[0], DIALECTS[2]])
+@pytest.mark.parametrize("key", KEYS)
+def test_cuda_export_of_the_new_families_equals_convert(key, contract, dialect, family, converted):
+    hf, config, _ = family(key)
+    name, contract = FAMILY_OF[key], _contract(key, contract)
+    on_gpu = {n: t.cuda() for n, t in hf_to_megatron(hf, name, config, expert_layout="single_grouped").items()}
+    kwargs = {"contract": contract, "family": name, "config": config, "dialect": dialect}
+    exported = dict(export_hf(on_gpu, **kwargs))
+    assert all(t.is_cuda for t in exported.values())
+    _assert_same(exported, converted(key, contract, dialect))
+    report = validate_export(exported, on_gpu, **kwargs)
+    assert report.ok, report.findings[:3]
