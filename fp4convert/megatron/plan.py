@@ -15,10 +15,12 @@ it out unless ``include_input_scale=True``.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from fp4convert.plan import (
     uncalibrated_modules,
 )
 
-__all__ = ["ExportPlan", "export_plan", "fused_members_phrase", "loaded_contract"]
+__all__ = ["ExportPlan", "export_plan", "fused_members_phrase", "gc_paused", "loaded_contract"]
 
 ContractLike = Contract | str | Path
 DialectLike = Dialect | str
@@ -192,6 +194,25 @@ def _build(
         "fix the contract, pick another dialect, or keep the listed tensors in BF16",
     )
     return plan
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one sync (export or validation), on again after.
+
+    A sync creates tens of thousands of small acyclic objects (an ``(HF name, tensor)`` pair per
+    output); with the collector on, they trigger a collection every 700 allocations and now and
+    then a full one over the whole heap (the plan's objects and the learner's): on a 48-layer
+    Qwen3-30B-A3B export such syncs took 0.5 s instead of 0.06 s of Python. Paused, the objects are
+    counted as usual and collected once the collector runs again; nothing is leaked.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 _CACHE_SIZE = 8

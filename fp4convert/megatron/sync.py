@@ -28,7 +28,7 @@ from fp4convert.errors import MappingError
 from fp4convert.families import unpack
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_groups, run_group, sent_dtype
-from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan
+from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
 from fp4convert.megatron.resolve import MasterNames, Piece
 from fp4convert.plan import PlannedTensor
 
@@ -344,12 +344,13 @@ class LiveExporter:
                 yield pair
 
     def __call__(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> list[Pair]:
-        """The whole update, in plan order."""
+        """The whole update, in plan order (the garbage collector paused meanwhile: :func:`gc_paused`)."""
         slots: list[Pair | None] = [None] * self.num_outputs
-        for ready in self._events(named_params):
-            for position, pair in ready:
-                slots[position] = pair
-        return [pair for pair in slots if pair is not None]
+        with gc_paused():
+            for ready in self._events(named_params):
+                for position, pair in ready:
+                    slots[position] = pair
+            return [pair for pair in slots if pair is not None]
 
     def buckets(
         self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], *, max_bytes: int

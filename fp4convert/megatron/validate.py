@@ -35,7 +35,7 @@ from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
 from fp4convert.megatron.context import Context
-from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, loaded_contract
+from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, gc_paused, loaded_contract
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import MasterNames, Piece
 from fp4convert.megatron.sources import SafetensorsFolder, tensor_meta
@@ -239,7 +239,7 @@ class ExportValidator:
         Returns:
             The :class:`~fp4convert.megatron.report.ExportReport`.
         """
-        with torch.no_grad():  # masters are often the learner's Parameters
+        with torch.no_grad(), gc_paused():  # masters are often the learner's Parameters; gc: see gc_paused
             return self._validate(exported, master)
 
     def _validate(self, exported: Mapping[str, torch.Tensor], master: Mapping[str, torch.Tensor]) -> ExportReport:

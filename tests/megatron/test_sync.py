@@ -15,6 +15,7 @@ from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
 from fp4convert import export_hf, validate_export
 from fp4convert.families import MegatronSpelling, hf_to_megatron
 from fp4convert.megatron.sync import LiveExporter, bucketed
+from fp4convert.megatron.validate import ExportValidator
 
 STACKED = ["single_grouped", "legacy_grouped"]
 DEEPSEEK_NVFP4 = Path(__file__).parent / "data" / "deepseek-nvfp4-mla-bf16.yaml"
@@ -146,6 +147,51 @@ def test_no_allocation_grows_across_syncs(layout, dialect, model):
     for later in steady[1:]:
         assert later == steady[0]
     assert len(fresh._sets) == 1
+
+
+def test_a_sync_runs_with_the_garbage_collector_paused(model):
+    """No collection starts inside a whole-update sync or a validation, though each allocates far
+    more objects than the threshold; the collector's state is restored afterwards (on, or off if it
+    was off). A streamed export runs with the collector as the caller has it."""
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    update = dict(exporter(megatron))
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    validator(update, megatron)
+    started: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)
+    gc.callbacks.append(count)
+    try:
+        gc.collect()
+        before = len(started)
+        pairs = exporter(megatron)
+        after_export = len(started)
+        gc.collect()
+        before_validate = len(started)
+        report = validator(update, megatron)
+        after_validate = len(started)
+        gc.collect()
+        before_stream = len(started)
+        streamed = list(exporter.stream(megatron))
+        after_stream = len(started)
+        gc.disable()
+        exporter(megatron)
+        still_off = not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.remove(count)
+        gc.set_threshold(*threshold)
+    # at most the one collection the allocations made meanwhile start once the collector is back on
+    assert after_export - before <= 1 and after_validate - before_validate <= 1, (before, after_export)
+    assert after_stream - before_stream > 2, (before_stream, after_stream)  # the same work, collector on
+    assert report.ok and still_off and len(pairs) == len(streamed)
 
 
 @pytest.mark.parametrize("layout", STACKED)
