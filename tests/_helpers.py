@@ -7,6 +7,10 @@ from pathlib import Path
 
 import torch
 
+from fp4convert.formats.mxfp8 import mxfp8_matrix_reference
+from fp4convert.formats.nvfp4 import nvfp4_matrix_reference
+from fp4convert.formats.segments import SegmentLayout, Sources, mxfp8_segments, nvfp4_segments, unit_amax
+
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = ROOT / "contracts"
 NVFP4_EXPERTS = CONTRACTS / "nvfp4-experts-per-token.yaml"
@@ -65,3 +69,55 @@ def tree_hashes(directory: Path) -> dict[str, str]:
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
+
+
+# -- grouped quantization (fp4convert.formats.segments), shared by the CPU and CUDA tests --
+
+
+def segment_group(dtype: torch.dtype, device: str = "cpu") -> tuple[list[torch.Tensor], list[int]]:
+    """Separate tensors, row slices of one tensor and rows with a stride wider than the row; units
+    shared by the first two segments and by the last two."""
+    big = adversarial((64, 160), dtype, seed=8).to(device)[:, :128]
+    parts = [
+        adversarial((32, 128), dtype, seed=5).to(device),
+        (adversarial((48, 128), dtype, seed=6) * 3).to(device),
+        adversarial((16, 128), dtype, seed=7).to(device),
+        big[:32],
+        big[32:],
+    ]
+    return parts, [0, 0, 1, 2, 2]
+
+
+def _reference_amax(x: torch.Tensor) -> torch.Tensor:
+    x = x.float()
+    return torch.where(x.isnan(), torch.zeros_like(x), x.abs()).amax()
+
+
+def check_nvfp4_segments(parts: list[torch.Tensor], units: list[int], profile: str, tile: str) -> None:
+    layout = SegmentLayout.of([p.shape[0] for p in parts], units, cols=128)
+    sources = Sources(layout).bind(parts)
+    amax = unit_amax(sources)
+    for u in range(layout.num_units):
+        members = [p for p, unit in zip(parts, units, strict=True) if unit == u]
+        assert_bytes_equal(amax[u], torch.stack([_reference_amax(p) for p in members]).amax().to(amax.device))
+    data = torch.empty(layout.total_rows, 64, dtype=torch.uint8, device=parts[0].device)
+    scale = torch.empty(layout.total_rows, 8, dtype=torch.uint8, device=parts[0].device)
+    nvfp4_segments(sources, amax, profile, tile=tile, data=data, scale=scale)
+    for p, unit, row in zip(parts, units, layout.out_rows, strict=True):
+        rows = p.shape[0]
+        want_data, want_scale = nvfp4_matrix_reference(
+            p.cpu().contiguous(), amax[unit].cpu().expand(rows), profile, tile=tile
+        )
+        assert_bytes_equal(data[row : row + rows], want_data)
+        assert_bytes_equal(scale[row : row + rows], want_scale)
+
+
+def check_mxfp8_segments(parts: list[torch.Tensor]) -> None:
+    layout = SegmentLayout.of([p.shape[0] for p in parts], cols=128)
+    sources = Sources(layout).bind(parts)
+    data = torch.empty(layout.total_rows, 128, dtype=torch.uint8, device=parts[0].device)
+    scale = torch.empty(layout.total_rows, 4, dtype=torch.uint8, device=parts[0].device)
+    mxfp8_segments(sources, data=data, scale=scale)
+    want_data, want_scale = mxfp8_matrix_reference(torch.cat([p.cpu() for p in parts]))
+    assert_bytes_equal(data, want_data)
+    assert_bytes_equal(scale, want_scale)

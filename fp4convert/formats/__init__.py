@@ -6,7 +6,8 @@ constants), :mod:`~fp4convert.formats.codecs` (element/scale codecs),
 :mod:`~fp4convert.formats.four_over_six` (TE's 4over6 candidate choice),
 :mod:`~fp4convert.formats.nvfp4`, :mod:`~fp4convert.formats.mxfp8` (the quantizers; they choose
 between the reference and a kernel), :mod:`~fp4convert.formats.layouts` (scale padding and
-swizzling) and :mod:`~fp4convert.formats.kernels` (fast exact CPU/CUDA paths only).
+swizzling), :mod:`~fp4convert.formats.kernels` (fast exact CPU/CUDA paths only) and
+:mod:`~fp4convert.formats.segments` (many tensors quantized by one launch, read in place).
 """
 
 from __future__ import annotations

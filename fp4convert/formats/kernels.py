@@ -28,19 +28,27 @@ from fp4convert.formats import profiles
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 
 __all__ = [
+    "CPU_DTYPES",
     "PROFILE_CODES",
     "flashinfer_quantize_usable",
     "has_fast_path",
+    "mxfp8_col_matrix",
     "mxfp8_matrix",
+    "mxfp8_segments",
     "native_available",
     "nvfp4_matrix",
+    "nvfp4_segments",
     "row_amax",
+    "segment_amax",
+    "tensor_amax",
     "tile_amax",
     "triton_available",
 ]
 
 _NATIVE_ABI = 2
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+#: input dtypes the CPU kernels read
+CPU_DTYPES = frozenset(_DTYPE_CODES)
 #: Block chain -> the integer both kernels (``_native.c`` enum, ``_triton.py`` constexpr) switch on.
 PROFILE_CODES = {"te": 0, "te-2.13": 1, "modelopt": 2, "4over6": 3}
 # Rows per task: large enough to amortize the ctypes call, small enough to balance threads.
@@ -184,6 +192,16 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def tensor_amax(x2d: torch.Tensor) -> torch.Tensor | None:
+    """NaN-ignoring amax of a whole CUDA matrix in one pass (float32 0-d), or None where there is no
+    such kernel (the caller reduces :func:`row_amax`)."""
+    if not (x2d.is_cuda and triton_available()):
+        return None
+    from fp4convert.formats import _triton_segments
+
+    return _triton_segments.tensor_amax(contiguous_rows(x2d))
+
+
 def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
     """Fast path of :func:`fp4convert.formats.nvfp4.tile_amax` for a 2-D ``(M, N)`` matrix."""
     x2d = contiguous_rows(x2d)
@@ -210,6 +228,7 @@ def nvfp4_matrix(
     block_amax: torch.Tensor | None = None,
     *,
     choice: torch.Tensor | None = None,
+    tile16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path of :func:`fp4convert.formats.nvfp4.nvfp4_matrix_reference`.
 
@@ -222,6 +241,8 @@ def nvfp4_matrix(
             makes one choice per tile, as TE's 2-D quantization does.
         choice: optional uint8 ``(M, N/16)`` tensor on ``x2d``'s device; 4over6 writes 1 where a
             block took map-to-4, 0 where it took map-to-6.
+        tile16: 16x16 tiles whose amaxes the kernel takes itself (CUDA, not 4over6) or computes
+            first with :func:`tile_amax` (instead of passing ``block_amax``).
 
     Returns:
         ``(data (M, N/2) uint8, scale (M, N/16) uint8)``.
@@ -229,6 +250,18 @@ def nvfp4_matrix(
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     spec = profiles.profile_spec(profile)
+    if x2d.is_cuda and spec.chain != "4over6" and block_amax is None:
+        from fp4convert.formats import _triton_segments
+
+        # outer scales are computed in the kernel; an amax broadcast over the rows stays one value
+        amax = row_amax.reshape(rows).to(x2d.device, torch.float32)
+        unit_rows = rows if rows and amax.stride(0) == 0 else 1
+        amax = amax[:1].contiguous() if unit_rows > 1 else amax.contiguous()
+        return _triton_segments.nvfp4_dense(
+            x2d, amax, max(unit_rows, 1), PROFILE_CODES[spec.chain], spec.global_max, tile16
+        )
+    if tile16 and block_amax is None:
+        block_amax = tile_amax(x2d)
     outer = profiles.outer_scales(row_amax.reshape(rows).to(x2d.device), profile)
     blk = None if block_amax is None else block_amax.float().contiguous()
     tile_rows = 1 if blk is None else NVFP4_BLOCK
@@ -265,13 +298,23 @@ def nvfp4_matrix(
     return data, scale
 
 
+def mxfp8_col_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """MXFP8 column blocks of ``x2d (M, N)`` (M % 32 == 0) read in place on CUDA: ``(data (M, N),
+    scale (M/32, N))``; None where there is no such kernel (the caller transposes)."""
+    if not (x2d.is_cuda and triton_available()):
+        return None
+    from fp4convert.formats import _triton_segments
+
+    return _triton_segments.mxfp8_col_dense(contiguous_rows(x2d))
+
+
 def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path of :func:`fp4convert.formats.mxfp8.mxfp8_matrix_reference` (same contract)."""
     x2d = contiguous_rows(x2d)
     if x2d.is_cuda:
-        from fp4convert.formats import _triton
+        from fp4convert.formats import _triton_segments
 
-        return _triton.mxfp8_matrix(x2d)
+        return _triton_segments.mxfp8_dense(x2d)
     lib = _lib()
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8)
@@ -283,3 +326,98 @@ def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     _run_rows(run, rows, cols)
     return data, scale
+
+
+# -- groups of tensors (fp4convert.formats.segments): the same kernels, run from each tensor's memory --
+
+
+def _segment_tasks(tensors: list[torch.Tensor], align: int) -> list[tuple[int, int, int]]:
+    """(segment, first row, end row) tasks: whole segments, large ones split in row ranges, so a
+    group of many small tensors keeps every thread busy with one task per tensor."""
+    tasks: list[tuple[int, int, int]] = []
+    for index, t in enumerate(tensors):
+        rows, cols = t.shape
+        tasks += [(index, r0, r1) for r0, r1 in _row_tasks(rows, cols, align)]
+    return tasks
+
+
+def _run_tasks(fn: Any, tasks: list[tuple[int, int, int]]) -> None:
+    threads = max(1, torch.get_num_threads())
+    if threads == 1 or len(tasks) == 1:
+        for task in tasks:
+            fn(*task)
+        return
+    # One pool task per thread, each taking every threads-th task: no per-tensor future.
+    pool = _pool(threads)
+
+    def stripe(first: int) -> None:
+        for task in tasks[first::threads]:
+            fn(*task)
+
+    pending = [pool.submit(stripe, i) for i in range(1, min(threads, len(tasks)))]
+    stripe(0)
+    for future in pending:
+        future.result()
+
+
+def segment_amax(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """NaN-ignoring amax of each CPU tensor (2-D, contiguous rows): float32 ``(len(tensors),)``."""
+    lib = _lib()
+    rows_out = [torch.empty(t.shape[0], dtype=torch.float32) for t in tensors]
+
+    def run(index: int, r0: int, r1: int) -> None:
+        t = tensors[index]
+        lib.fp4c_absmax_rows(
+            t.data_ptr(), _DTYPE_CODES[t.dtype], r0, r1, t.shape[1], t.stride(0), rows_out[index].data_ptr()
+        )
+
+    _run_tasks(run, _segment_tasks(tensors, 1))
+    return torch.stack([r.amax() if r.numel() else r.new_zeros(()) for r in rows_out])
+
+
+def nvfp4_segments(
+    tensors: list[torch.Tensor],
+    out_rows: tuple[int, ...],
+    row_amax: torch.Tensor,
+    profile: profiles.Profile,
+    tile16: bool,
+    data: torch.Tensor,
+    scale: torch.Tensor,
+) -> None:
+    """NVFP4 (te, te-2.13, modelopt) of CPU tensors stacked at ``out_rows`` of ``data`` / ``scale``;
+    ``row_amax`` holds each output row's outer amax."""
+    lib = _lib()
+    spec = profiles.profile_spec(profile)
+    outer = profiles.outer_scales(row_amax, profile)
+    s_dec, mult = outer.s_dec.contiguous(), outer.mult.contiguous()
+    code = PROFILE_CODES[spec.chain]
+    cols = data.shape[1] * 2
+    nb = cols // NVFP4_BLOCK
+    tiles = [tile_amax(t) if tile16 else None for t in tensors]
+
+    def run(index: int, r0: int, r1: int) -> None:
+        t, o, blk = tensors[index], out_rows[index], tiles[index]
+        lib.fp4c_nvfp4_rows(
+            t.data_ptr(), _DTYPE_CODES[t.dtype], r0, r1, cols, t.stride(0), s_dec.data_ptr() + 4 * o,
+            mult.data_ptr() + 4 * o, _ptr(blk), code, data.data_ptr() + o * (cols // 2), scale.data_ptr() + o * nb,
+        )  # fmt: skip
+
+    _run_tasks(run, _segment_tasks(tensors, NVFP4_BLOCK if tile16 else 1))
+
+
+def mxfp8_segments(
+    tensors: list[torch.Tensor], out_rows: tuple[int, ...], data: torch.Tensor, scale: torch.Tensor
+) -> None:
+    """MXFP8 of CPU tensors stacked at ``out_rows`` of ``data`` / ``scale``."""
+    lib = _lib()
+    cols = data.shape[1]
+    nb = cols // MXFP8_BLOCK
+
+    def run(index: int, r0: int, r1: int) -> None:
+        t, o = tensors[index], out_rows[index]
+        lib.fp4c_mxfp8_rows(
+            t.data_ptr(), _DTYPE_CODES[t.dtype], r0, r1, cols, t.stride(0), data.data_ptr() + o * cols,
+            scale.data_ptr() + o * nb,
+        )  # fmt: skip
+
+    _run_tasks(run, _segment_tasks(tensors, 1))

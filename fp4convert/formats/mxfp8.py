@@ -128,6 +128,18 @@ def quantize_mxfp8(x: torch.Tensor, *, axis: Axis = "row", backend: Backend = "a
     _check_input(x, axis)
     if backend not in get_args(Backend):
         raise FormatError(f"unknown backend {backend!r}", hint="use 'auto' or 'reference'", found=backend)
+    if axis == "col" and backend == "auto":
+        found = kernels.mxfp8_col_matrix(x.reshape(-1, x.shape[-1]))  # 32-row blocks never straddle matrices
+        if found is not None:
+            data, scale = found
+            lead, rows, cols = tuple(x.shape[:-2]), x.shape[-2], x.shape[-1]
+            return MXFP8Tensor(
+                shape=tuple(x.shape),
+                dtype=x.dtype,
+                axis=axis,
+                data=data.reshape(x.shape),
+                scale=scale.reshape(*lead, rows // MXFP8_BLOCK, cols),
+            )
     src = x if axis == "row" else x.transpose(-1, -2).contiguous()
     cols = src.shape[-1]
     data, scale = mxfp8_matrix(src.reshape(-1, cols), backend=backend)

@@ -143,6 +143,10 @@ def row_amax(x2d: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
 
 def _scope_amax(x: torch.Tensor, scope: str, backend: Backend) -> torch.Tensor:
     """NaN-ignoring amax per scope unit: ``()`` tensor, ``(M,)`` row, ``(E,)`` expert."""
+    if scope == "tensor" and backend == "auto":
+        whole = kernels.tensor_amax(x.reshape(-1, x.shape[-1]))
+        if whole is not None:
+            return whole
     rows = row_amax(x.reshape(-1, x.shape[-1]), backend=backend)
     if scope == "tensor":
         return rows.amax()
@@ -229,7 +233,7 @@ def nvfp4_matrix(
     """:func:`nvfp4_matrix_reference` through the fastest exact path for the device (same bytes);
     the opt-in mxfp4-cast profile has no kernel and always takes the reference path."""
     if backend == "auto" and kernels.has_fast_path(x2d) and profiles.profile_spec(profile).chain != "pow2":
-        return kernels.nvfp4_matrix(x2d, row_amax, profile, _block_amax_for_kernel(x2d, tile))
+        return kernels.nvfp4_matrix(x2d, row_amax, profile, tile16=tile == "16x16")
     return nvfp4_matrix_reference(x2d, row_amax, profile, tile=tile)
 
 

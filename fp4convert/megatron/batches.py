@@ -2,8 +2,9 @@
 
 Per-tensor work would be bound by kernel launches (a Qwen3-30B-A3B sync has ~18k expert tensors of
 a few MB), so tensors are batched: the master rows of all tensors of one layer, format and width
-are concatenated and quantized with one amax kernel, one scatter-max for the shared outer amaxes
-and one quantize kernel, and compared with the export concatenated the same way. Quantization is
+are quantized by the segment kernels (:mod:`fp4convert.formats.segments`, reading each master
+tensor in place, as the exporter does), with the shared outer amaxes taken on the device, and
+compared with the export (a view when its tensors lie back to back in one buffer). Quantization is
 row-independent given each row's outer amax (1x16 blocks; 16x16 tiles never straddle tensors,
 whose rows are multiples of 16), so a batch's bytes are the per-tensor bytes the converter writes.
 Mismatch counts stay on the device; the validator reads them back once.
@@ -19,8 +20,11 @@ import torch
 
 from fp4convert.formats import kernels
 from fp4convert.formats.nvfp4 import NVFP4Tensor, tile_amax
+from fp4convert.formats.segments import Sources, mxfp8_segments, nvfp4_segments, unit_amax
 from fp4convert.megatron.context import Context
+from fp4convert.megatron.groups import bind_segments, segments_of
 from fp4convert.megatron.plan import ExportPlan
+from fp4convert.megatron.resolve import Piece
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["MXFP8_COLUMNS", "NVFP4_COLUMNS", "Batch", "Step", "mismatches", "plan_steps", "unit_of"]
@@ -41,6 +45,13 @@ class Batch:
     outputs: list[list[str]]  # per output role (data, scale[, global]), the items' names
     rows: list[int]
     index: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # device -> tensors
+    pieces: list[Piece] | None = None  # the master pieces the segments below were made from
+    segments: list[tuple[str, int | None, int]] = field(default_factory=list)
+    sources: Sources | None = None
+
+    def item_units(self) -> list[int]:
+        ids: dict[str, int] = {}
+        return [ids.setdefault(u, len(ids)) for u in self.units]
 
     def on(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         """(row_unit, row_item, item_unit, unit_first, units) index tensors on ``device``."""
@@ -130,34 +141,75 @@ def _bad_rows(row_item: torch.Tensor, items: int, actual: torch.Tensor, expected
     return torch.zeros(items, dtype=torch.int64, device=expected.device).index_add_(0, row_item, bad)
 
 
-def _inputs(ctx: Context, batch: Batch) -> tuple[torch.Tensor, list[list[torch.Tensor]]]:
-    """The batch's master rows concatenated, and the exported tensors of each output role."""
+def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The tensors' bytes as one flat uint8 tensor: a view when they lie back to back in one
+    storage (an exporter's output buffer, as :class:`~fp4convert.megatron.sync.LiveExporter`
+    writes it), else a concatenation."""
+    first = tensors[0]
+    if first.device == device and all(t.is_contiguous() for t in tensors):
+        start = end = first.data_ptr()
+        for t in tensors:
+            if t.data_ptr() != end:
+                break
+            end += t.numel() * t.element_size()
+        else:
+            storage = first.untyped_storage()
+            base = storage.data_ptr()
+            if end <= base + storage.nbytes():  # the whole span lies in first's allocation
+                flat = torch.empty(0, dtype=torch.uint8, device=device)
+                return flat.set_(storage, start - base, (end - start,), (1,))
+    return torch.cat([_on(t, device).contiguous().reshape(-1).view(torch.uint8) for t in tensors])
+
+
+def _exported(ctx: Context, batch: Batch) -> list[torch.Tensor]:
+    get = ctx.exported.__getitem__
+    return [_joined([get(name) for name in names], ctx.device) for names in batch.outputs]
+
+
+def _master_rows(ctx: Context, batch: Batch) -> tuple[Sources | None, torch.Tensor | None]:
+    """The batch's master rows: as segments read in place where they can be, else concatenated."""
+    pieces = [ctx.sources[item.info.name] for item in batch.items]
+    if batch.pieces is None or not all(a is b for a, b in zip(batch.pieces, pieces, strict=True)):
+        batch.segments, layout = segments_of(pieces, batch.item_units(), batch.items[0].info.shape[-1])
+        batch.sources, batch.pieces = Sources(layout), pieces
+    assert batch.sources is not None
+    tensors = [ctx.master_tensor(key, sub) for key, sub, _ in batch.segments]
+    if tensors[0].device == ctx.device and bind_segments(batch.sources, batch.segments, tensors):
+        return batch.sources, None
     xs = [ctx.master_piece(item) for item in batch.items]
-    x = xs[0] if len(xs) == 1 else torch.cat(xs)
-    get, device = ctx.exported.__getitem__, ctx.device
-    return x, [[_on(get(name), device) for name in names] for names in batch.outputs]
+    return None, xs[0] if len(xs) == 1 else torch.cat(xs)
 
 
 def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     plan = ctx.plan
-    x, (data_out, scale_out, global_out) = _inputs(ctx, batch)
-    row_unit, row_item, item_unit, unit_first, units = batch.on(x.device)
-    row_amax = kernels.row_amax(x)
-    unit_amax = torch.zeros(int(units), dtype=torch.float32, device=x.device).scatter_reduce_(
-        0, row_unit, row_amax, "amax", include_self=False
-    )
+    sources, x = _master_rows(ctx, batch)
+    act_data, act_scale, act_global = _exported(ctx, batch)
+    device = ctx.device
+    row_unit, row_item, item_unit, unit_first, units = batch.on(device)
     tile = getattr(batch.items[0].decision.recipe, "tile", "1x16")
-    block_amax = tile_amax(x) if tile == "16x16" else None
-    data, scale = kernels.nvfp4_matrix(x, unit_amax[row_unit], plan.profile, block_amax)  # type: ignore[arg-type]
+    if sources is not None:
+        unit_amax_ = unit_amax(sources)
+        layout = sources.layout
+        data = torch.empty(layout.total_rows, layout.cols // 2, dtype=torch.uint8, device=device)
+        scale = torch.empty(layout.total_rows, layout.cols // 16, dtype=torch.uint8, device=device)
+        nvfp4_segments(sources, unit_amax_, plan.profile, tile=tile, data=data, scale=scale)  # type: ignore[arg-type]
+        dtype = sources.dtype
+    else:
+        assert x is not None
+        unit_amax_ = torch.zeros(int(units), dtype=torch.float32, device=device).scatter_reduce_(
+            0, row_unit, kernels.row_amax(x), "amax", include_self=False
+        )
+        block_amax = tile_amax(x) if tile == "16x16" else None
+        data, scale = kernels.nvfp4_matrix(x, unit_amax_[row_unit], plan.profile, block_amax)  # type: ignore[arg-type]
+        dtype = x.dtype
     # Dialect global scales are elementwise in the amax: one call for every unit of the batch.
-    amaxes = NVFP4Tensor((int(units),), x.dtype, tile, "tensor", plan.profile, unit_amax)
+    amaxes = NVFP4Tensor((int(units),), dtype, tile, "tensor", plan.profile, unit_amax_)
     expected_global = plan.dialect.global_scale(amaxes).float()[item_unit].view(torch.int32)
-    act_global = torch.stack(global_out).reshape(-1).view(torch.int32)
-    act_scale = torch.cat(scale_out).view(torch.uint8)
+    act_global = act_global.view(torch.int32)
     n = len(batch.items)
     return torch.stack(
         [
-            _bad_rows(row_item, n, torch.cat(data_out), data),
+            _bad_rows(row_item, n, act_data, data),
             _bad_rows(row_item, n, act_scale, scale),
             (act_global != expected_global).long(),
             (act_global != act_global[unit_first[item_unit]]).long(),
@@ -167,15 +219,19 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
 
 
 def _mxfp8(ctx: Context, batch: Batch) -> torch.Tensor:
-    x, (data_out, scale_out) = _inputs(ctx, batch)
-    _, row_item, _, _, _ = batch.on(x.device)
-    data, scale = kernels.mxfp8_matrix(x)
+    sources, x = _master_rows(ctx, batch)
+    act_data, act_scale = _exported(ctx, batch)
+    _, row_item, _, _, _ = batch.on(ctx.device)
+    if sources is not None:
+        layout = sources.layout
+        data = torch.empty(layout.total_rows, layout.cols, dtype=torch.uint8, device=ctx.device)
+        scale = torch.empty(layout.total_rows, layout.cols // 32, dtype=torch.uint8, device=ctx.device)
+        mxfp8_segments(sources, data=data, scale=scale)
+    else:
+        assert x is not None
+        data, scale = kernels.mxfp8_matrix(x)
     n = len(batch.items)
-    act_data = torch.cat(data_out).view(torch.uint8)
-    return torch.stack(
-        [_bad_rows(row_item, n, act_data, data), _bad_rows(row_item, n, torch.cat(scale_out), scale)],
-        dim=1,
-    )
+    return torch.stack([_bad_rows(row_item, n, act_data, data), _bad_rows(row_item, n, act_scale, scale)], dim=1)
 
 
 def mismatches(ctx: Context, kind: str, payload: PlannedTensor | Batch) -> tuple[torch.Tensor, tuple[str, ...]]:

@@ -15,11 +15,15 @@ from typing import Any
 
 import torch
 
-from fp4convert.inventory.dtypes import itemsize
+from fp4convert.checkpoint.safetensors_io import dtype_name
+from fp4convert.families import unpack
+from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES, itemsize
 from fp4convert.megatron.encode import encode_group
+from fp4convert.megatron.groups import sent_dtype
 from fp4convert.megatron.plan import ExportPlan
 from fp4convert.megatron.report import ExportReport, Finding
-from fp4convert.megatron.sources import PieceSource, tensor_meta
+from fp4convert.megatron.resolve import Piece
+from fp4convert.megatron.sources import tensor_meta
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["Context", "all_same_bytes", "core_outputs", "same_bytes"]
@@ -32,7 +36,7 @@ class Context:
     plan: ExportPlan
     exported: Mapping[str, torch.Tensor]
     master: Mapping[str, torch.Tensor]
-    sources: Mapping[str, PieceSource]
+    sources: Mapping[str, Piece]
     device: torch.device
     report: ExportReport
     ep_rank: int
@@ -42,7 +46,7 @@ class Context:
     structure_failed: list[PlannedTensor] = field(default_factory=list)
     extras: list[str] = field(default_factory=list)
     master_bytes: int = 0
-    _chunk: dict[str, torch.Tensor] | None = None
+    _chunk: dict[tuple[str, int | None], torch.Tensor] | None = None
     _references: dict[tuple[Any, ...], dict[str, torch.Tensor]] = field(default_factory=dict)
     _by_module: dict[str, list[str]] | None = None
 
@@ -65,25 +69,36 @@ class Context:
     def end_chunk(self) -> None:
         self._chunk = None
 
-    def master_tensor(self, key: str) -> torch.Tensor:
-        if self._chunk is not None and key in self._chunk:
-            return self._chunk[key]
+    def master_tensor(self, key: str, sub: int | None = None) -> torch.Tensor:
+        """Master tensor ``key`` on the validation device, or the ``sub``-th tensor the families'
+        :func:`~fp4convert.families.unpack` makes of it (stacked experts, fused MLA down projection)."""
+        cache_key = (key, sub)
+        if self._chunk is not None and cache_key in self._chunk:
+            return self._chunk[cache_key]
         tensor = self.master[key].to(self.device)
+        if sub is not None:
+            per_rank = self.plan.experts_per_rank(self.ep_size) or None
+            subs = unpack(key, tensor, experts_per_rank=per_rank, q_lora_rank=self.plan.config.get("q_lora_rank"))
+            assert subs is not None
+            tensor = subs[sub][1]
         if self._chunk is not None:
-            self._chunk[key] = tensor
+            self._chunk[cache_key] = tensor
         return tensor
 
     def master_piece(self, item: PlannedTensor | str) -> torch.Tensor:
-        """The HF tensor's BF16 values from the master, on the validation device."""
+        """The HF tensor's values from the master, on the validation device (master dtype)."""
         name = item if isinstance(item, str) else item.info.name
-        source = self.sources[name]
-        tensor = self.master_tensor(source.key)
-        if isinstance(source.rows, torch.Tensor):  # QKV interleave: a row index, kept on the device
-            key = (name, str(self.device))
-            if key not in self.rows_on:
-                self.rows_on[key] = source.rows.to(self.device)
-            return tensor.index_select(0, self.rows_on[key])
-        return source.take(tensor)
+        piece = self.sources[name]
+        tensor = self.master_tensor(piece.key, piece.sub)
+        if piece.whole:
+            return tensor
+        if len(piece.runs) == 1:
+            start, count = piece.runs[0]
+            return tensor[start : start + count]
+        key = (name, str(self.device))  # interleaved rows (QKV): an index kept on the device
+        if key not in self.rows_on:
+            self.rows_on[key] = piece.index().to(self.device)
+        return tensor.index_select(0, self.rows_on[key])
 
     def expected_outputs(self, item: PlannedTensor) -> list[tuple[str, str, tuple[int, ...]]] | None:
         """The tensors the export must hold for ``item`` (BF16 ones take the master's dtype);
@@ -91,28 +106,26 @@ class Context:
         name = item.info.name
         for out, _, _ in item.outputs:
             self.expected_names[out] = item
-        source = self.sources.get(name)
-        if source is None:
+        piece = self.sources.get(name)
+        if piece is None:
             self._master_problem(
                 item, f"the master has no tensor holding `{name}` (Megatron: `{item.info.megatron_name}`)"
             )
             return None
-        dtype, shape = tensor_meta(self.master, source.key)
-        rows = shape[0] if shape else 0
-        if isinstance(source.rows, slice):
-            rows = source.rows.stop - source.rows.start
-        elif isinstance(source.rows, torch.Tensor):
-            rows = source.rows.numel()
-        piece_shape = (rows, *shape[1:]) if shape else ()
-        if piece_shape != tuple(item.info.shape):
+        dtype = tensor_meta(self.master, piece.key)[0]
+        if piece.shape != tuple(item.info.shape):
             self._master_problem(
                 item,
-                f"master `{source.key}` gives it shape {list(piece_shape)}, the config says "
+                f"master `{piece.key}` gives it shape {list(piece.shape)}, the config says "
                 f"{list(item.info.shape)} (pass tensor-parallel-gathered tensors)",
             )
             return None
         self.master_bytes += item.info.numel * (itemsize(dtype) or 2)  # unknown dtypes count as 16-bit
-        return list(item.outputs) if item.quantized else [(name, dtype, piece_shape)]
+        if item.quantized:
+            return list(item.outputs)
+        master_dtype = SAFETENSORS_DTYPES.get(dtype)
+        sent = dtype if master_dtype is None else dtype_name(sent_dtype(item, master_dtype))
+        return [(name, sent, piece.shape)]
 
     def _master_problem(self, item: PlannedTensor, problem: str) -> None:
         for out, _, _ in item.outputs:
@@ -140,7 +153,8 @@ class Context:
 
     def bf16_mismatch(self, item: PlannedTensor) -> torch.Tensor:
         """A device bool: does the exported BF16 tensor differ from the master's bytes?"""
-        expected = self.master_piece(item).contiguous().reshape(-1).view(torch.uint8)
+        value = self.master_piece(item)
+        expected = value.to(sent_dtype(item, value.dtype)).contiguous().reshape(-1).view(torch.uint8)
         actual = self.exported_tensor(item.info.name).contiguous().reshape(-1).view(torch.uint8)
         if expected.device.type == "cpu":  # no temporary the size of the tensor, and no sync to avoid
             return torch.tensor(not torch.equal(actual, expected))

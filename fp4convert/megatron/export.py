@@ -4,48 +4,57 @@ This is what an RL framework runs after every update (docs/live-export.md): take
 learner's parameters (tensor-parallel shards already gathered, expert ids local to the EP rank),
 apply the family transforms (QKV split per query group, ``linear_fc1`` into gate/up, local expert
 ids to global ones), quantize every tensor exactly as the contract and the converter do, and hand
-over the tensors of the chosen dialect. The BF16 split happens before quantization, as the spec
-requires, and every group's members share one outer amax.
+over the tensors of the chosen dialect. Every group's members share one outer amax.
 
-Memory stays bounded: tensors are consumed one at a time and their outputs yielded before the next
-one is read. A fused Megatron tensor (``linear_qkv``, ``linear_fc1``) is a whole shared-scale group,
-so nothing waits; the only group spread over several Megatron tensors is MLA's
-``q_a_proj`` / ``kv_a_proj_with_mqa`` (``linear_q_down_proj`` / ``linear_kv_down_proj``), whose
-first member is held until the second arrives.
+:func:`export_hf` is the one-call form of :class:`~fp4convert.megatron.sync.LiveExporter`, which
+it keeps per (contract, model, dialect, EP position), so a training loop calling it every sync
+builds the plan, the name resolution and the output buffers once. Parameters are consumed lazily:
+a high-precision tensor is yielded when it arrives, the routed experts of one layer and format
+when the layer's last expert tensor arrived (one launch quantizes them all), any other shared-scale
+group when its last member arrived (MLA's ``q_a_proj`` / ``kv_a_proj_with_mqa`` wait for each
+other). Outputs are views of the exporter's buffers; buffers still referenced by the caller are
+never overwritten (a new set is used instead).
 """
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 
-from fp4convert.errors import MappingError
-from fp4convert.families import megatron_to_hf
-from fp4convert.megatron.encode import encode_group
-from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan
-from fp4convert.plan import PlannedTensor
+from fp4convert.contract import contract_hash
+from fp4convert.megatron.plan import ContractLike, DialectLike, loaded_contract
+from fp4convert.megatron.sync import LiveExporter
 
 __all__ = ["export_hf"]
 
-
-def _checked(plan: ExportPlan, name: str, x: torch.Tensor, source: str) -> PlannedTensor:
-    item = plan.item(name)
-    if tuple(x.shape) != tuple(item.info.shape):
-        raise MappingError(
-            f"`{source}` gives `{name}` the shape {tuple(x.shape)}, but the config says {tuple(item.info.shape)}",
-            hint="pass tensor-parallel-gathered parameters (whole tensors) of this model",
-            tensor=source,
-        )
-    return item
+_EXPORTERS: OrderedDict[tuple[Any, ...], LiveExporter] = OrderedDict()
+_CACHE_SIZE = 4
 
 
-def _sent(plan: ExportPlan, items: list[PlannedTensor], tensors: list[torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
-    """One group's outputs, computed without autograd (learner parameters require grad) and
-    detached, so nothing handed to the sampler holds the learner's graph or its Parameters."""
-    with torch.no_grad():
-        return [(name, tensor.detach()) for name, tensor in encode_group(plan, items, tensors)]
+def _exporter(contract: ContractLike, config: Mapping[str, Any], **kwargs: Any) -> LiveExporter:
+    the_contract = loaded_contract(contract)
+    key = (
+        contract_hash(the_contract),
+        json.dumps(dict(config), sort_keys=True, default=str),
+        *(
+            getattr(v, "name", v)
+            if k == "dialect"
+            else (None if v is None else repr(sorted(v.items())) if isinstance(v, Mapping) else v)
+            for k, v in sorted(kwargs.items())
+        ),
+    )
+    exporter = _EXPORTERS.get(key)
+    if exporter is None:
+        exporter = LiveExporter(contract=the_contract, config=config, **kwargs)
+        _EXPORTERS[key] = exporter
+        while len(_EXPORTERS) > _CACHE_SIZE:
+            _EXPORTERS.popitem(last=False)
+    _EXPORTERS.move_to_end(key)
+    return exporter
 
 
 def export_hf(
@@ -101,40 +110,14 @@ def export_hf(
         ...                               family="qwen3_moe", config=config):  # doctest: +SKIP
         ...     engine.update_weight(name, tensor)
     """
-    plan = export_plan(
-        contract=contract,
-        config=config,
+    exporter = _exporter(
+        contract,
+        config,
         dialect=dialect,
         family=family,
+        ep_rank=ep_rank,
+        ep_size=ep_size,
         include_input_scale=include_input_scale,
         calibration=calibration,
     )
-    plan.experts_per_rank(ep_size)  # a bad EP size fails before the first tensor is read
-    params = named_params.items() if isinstance(named_params, Mapping) else named_params
-    waiting: dict[str, dict[str, torch.Tensor]] = {}  # groups spread over Megatron tensors
-    for source, tensor in params:
-        with torch.no_grad():  # not around the yields: grad mode is global and the caller runs in between
-            pieces = megatron_to_hf(
-                {source: tensor.detach()}, plan.family, plan.config, ep_rank=ep_rank, ep_size=ep_size
-            )
-        for name, x in pieces.items():
-            item = _checked(plan, name, x, source)
-            members = plan.members(item)
-            if len(members) == 1:
-                yield from _sent(plan, [item], [x])
-                continue
-            group = item.decision.fused_group or name
-            got = waiting.setdefault(group, {})
-            got[name] = x
-            if len(got) == len(members):
-                del waiting[group]
-                yield from _sent(plan, [plan.item(m) for m in members], [got[m] for m in members])
-    if waiting:
-        missing = sorted(m for g, got in waiting.items() for m in plan.groups[g] if m not in got)
-        raise MappingError(
-            f"fused groups left incomplete: {', '.join(f'`{m}`' for m in missing[:4])}"
-            + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-            + " never arrived",
-            hint="export every member of a shared-scale group in the same update",
-            tensor=missing[0],
-        )
+    yield from exporter.stream(named_params)

@@ -15,14 +15,18 @@ it out unless ``include_input_scale=True``.
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.contract.shipped import resolve_contract_path
 from fp4convert.dialects import Dialect, get_dialect
 from fp4convert.errors import MappingError
 from fp4convert.families import family_for_config, get_family, inventory_from_config, load_config
@@ -36,7 +40,7 @@ from fp4convert.plan import (
     uncalibrated_modules,
 )
 
-__all__ = ["ExportPlan", "export_plan", "fused_members_phrase"]
+__all__ = ["ExportPlan", "export_plan", "fused_members_phrase", "gc_paused", "loaded_contract"]
 
 ContractLike = Contract | str | Path
 DialectLike = Dialect | str
@@ -192,8 +196,52 @@ def _build(
     return plan
 
 
-_CACHE: OrderedDict[tuple[Any, ...], ExportPlan] = OrderedDict()
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one sync (export or validation), on again after.
+
+    A sync creates tens of thousands of small acyclic objects (an ``(HF name, tensor)`` pair per
+    output); with the collector on, they trigger a collection every 700 allocations and now and
+    then a full one over the whole heap (the plan's objects and the learner's): on a 48-layer
+    Qwen3-30B-A3B export such syncs took 0.5 s instead of 0.06 s of Python. Paused, the objects are
+    counted as usual and collected once the collector runs again; nothing is leaked.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 _CACHE_SIZE = 8
+_CONTRACTS: OrderedDict[tuple[str, int], Contract] = OrderedDict()
+
+
+def loaded_contract(contract: ContractLike) -> Contract:
+    """``contract`` as a :class:`~fp4convert.contract.Contract`: a file or shipped name is parsed
+    once per version of the file (a training loop names the same contract at every sync).
+
+    Raises:
+        ContractError: as :func:`~fp4convert.contract.load_contract`.
+    """
+    if isinstance(contract, Contract):
+        return contract
+    path = Path(os.fspath(resolve_contract_path(contract)))
+    try:
+        key = (str(path.resolve()), path.stat().st_mtime_ns)
+    except OSError:
+        return load_contract(contract)  # the loader names what is wrong with it
+    found = _CONTRACTS.get(key)
+    if found is None:
+        found = _CONTRACTS[key] = load_contract(path)
+        while len(_CONTRACTS) > _CACHE_SIZE:
+            _CONTRACTS.popitem(last=False)
+    return found
+
+
+_CACHE: OrderedDict[tuple[Any, ...], ExportPlan] = OrderedDict()
 
 
 def export_plan(
@@ -228,7 +276,7 @@ def export_plan(
         >>> item.decision.format, [name.rsplit(".", 1)[1] for name, _, _ in item.outputs]
         ('nvfp4', ['weight', 'weight_scale', 'weight_scale_2'])
     """
-    the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
+    the_contract = loaded_contract(contract)
     the_config = dict(config) if isinstance(config, Mapping) else load_config(config)
     per_token = the_contract.formats.nvfp4.per_token_activations
     the_dialect = get_dialect(dialect, per_token_activations=per_token) if isinstance(dialect, str) else dialect

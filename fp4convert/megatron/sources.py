@@ -1,20 +1,15 @@
-"""Where validation reads tensors from: folders of safetensors, and the master's HF pieces.
+"""Where validation reads tensors from: folders of safetensors, and a mapping's dtypes and shapes.
 
 :class:`SafetensorsFolder` is a read-only mapping over every ``*.safetensors`` file of a folder
 (an exporter's dump split into update buckets, or a master checkpoint), reading one tensor per
 access with a positional read (no mmap, nothing kept), so memory stays at the tensors in use.
-
-:func:`piece_sources` tells, for every HF tensor, which master tensor holds it and which rows: the
-tensor itself for an HF master, a slice or row index for a fused Megatron master (``linear_fc1`` ->
-gate rows then up rows, ``linear_qkv`` -> interleaved q/k/v rows). The row maps come from the
-family's own transforms applied to a row index (``megatron_to_hf`` on ``arange(rows)``), so the
-validator never re-implements the QKV interleave, and it never splits (copies) the BF16 master.
+:func:`tensor_meta` reads a tensor's dtype and shape from the header where it can. Which master
+tensor holds each HF tensor is :mod:`fp4convert.megatron.resolve`'s job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,10 +17,8 @@ import torch
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import checked_file
 from fp4convert.errors import CheckpointError
-from fp4convert.families import megatron_to_hf
-from fp4convert.megatron.plan import ExportPlan
 
-__all__ = ["PieceSource", "SafetensorsFolder", "piece_sources", "tensor_meta"]
+__all__ = ["SafetensorsFolder", "tensor_meta"]
 
 
 class SafetensorsFolder(Mapping[str, torch.Tensor]):
@@ -115,66 +108,3 @@ def tensor_meta(tensors: Mapping[str, torch.Tensor], name: str) -> tuple[str, tu
     except CheckpointError:
         dtype = str(tensor.dtype)
     return dtype, tuple(tensor.shape)
-
-
-@dataclass(frozen=True)
-class PieceSource:
-    """The rows of master tensor ``key`` that hold one HF tensor.
-
-    Attributes:
-        key: the master's name for the tensor holding it.
-        rows: None (the whole tensor), a slice of rows, or an int64 row index (QKV interleave).
-    """
-
-    key: str
-    rows: slice | torch.Tensor | None = None
-
-    def take(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The HF tensor's values from the master tensor (a view unless rows are interleaved)."""
-        if self.rows is None:
-            return tensor
-        if isinstance(self.rows, slice):
-            return tensor[self.rows]
-        return tensor.index_select(0, self.rows.to(tensor.device))
-
-
-def _as_rows(index: torch.Tensor, total: int) -> slice | torch.Tensor | None:
-    n = index.numel()
-    if n and torch.equal(index, torch.arange(int(index[0]), int(index[0]) + n)):
-        return None if n == total else slice(int(index[0]), int(index[0]) + n)
-    return index
-
-
-def piece_sources(
-    keys: Mapping[str, tuple[int, ...]], plan: ExportPlan, *, ep_rank: int, ep_size: int
-) -> dict[str, PieceSource]:
-    """HF tensor name -> where the master holds it, for a master of HF or Megatron-Core names.
-
-    Args:
-        keys: master name -> shape.
-        plan: the export plan (model and family).
-        ep_rank: EP rank of a Megatron master (its expert ids are local to it).
-        ep_size: expert-parallel size.
-
-    Raises:
-        MappingError: a master name that is neither an HF nor a Megatron name of this model.
-
-    Example:
-        >>> from fp4convert.megatron import export_plan
-        >>> plan = export_plan(contract="nvfp4-experts-per-token", config="Qwen3-30B-A3B")
-        >>> found = piece_sources({"decoder.layers.0.mlp.experts.linear_fc1.weight5": (1536, 2048)}, plan,
-        ...                       ep_rank=1, ep_size=2)
-        >>> {name: source.rows for name, source in found.items()}  # doctest: +NORMALIZE_WHITESPACE
-        {'model.layers.0.mlp.experts.69.gate_proj.weight': slice(0, 768, None),
-         'model.layers.0.mlp.experts.69.up_proj.weight': slice(768, 1536, None)}
-    """
-    found: dict[str, PieceSource] = {}
-    for key, shape in keys.items():
-        if key in plan.items:  # an HF name
-            found[key] = PieceSource(key)
-            continue
-        rows = shape[0] if shape else 1
-        pieces = megatron_to_hf({key: torch.arange(rows)}, plan.family, plan.config, ep_rank=ep_rank, ep_size=ep_size)
-        for name, index in pieces.items():
-            found[name] = PieceSource(key, _as_rows(index, rows))
-    return found

@@ -27,7 +27,7 @@ import torch
 
 from fp4convert.checkpoint.decoded import decoded_source
 from fp4convert.checkpoint.safetensors_io import dtype_name
-from fp4convert.contract import Contract, contract_hash, load_contract
+from fp4convert.contract import contract_hash
 from fp4convert.dialects import OutputSpec
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.families import load_config
@@ -35,9 +35,10 @@ from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
 from fp4convert.megatron.context import Context
-from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan
+from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, gc_paused, loaded_contract
 from fp4convert.megatron.report import ExportReport, Finding
-from fp4convert.megatron.sources import PieceSource, SafetensorsFolder, piece_sources, tensor_meta
+from fp4convert.megatron.resolve import MasterNames, Piece
+from fp4convert.megatron.sources import SafetensorsFolder, tensor_meta
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
@@ -49,7 +50,7 @@ _MASTER_DTYPES = ("BF16", "F16", "F32")  # what a BF16 master on disk may hold (
 class _Compiled:
     """What one master layout fixes: where each HF tensor is, what the export must hold, batches."""
 
-    sources: dict[str, PieceSource]
+    sources: dict[str, Piece]
     outputs: dict[str, list[OutputSpec]]  # item name -> expected outputs (BF16: the master's dtype)
     problems: list[Finding]  # items the master cannot provide
     expected_names: dict[str, PlannedTensor]
@@ -116,18 +117,20 @@ class ExportValidator:
         self.max_batch_bytes = max_batch_bytes
         self.max_diagnosed = max_diagnosed
         self._compiled: tuple[Any, _Compiled | None] = (None, None)
+        self._names = MasterNames(self.plan, ep_rank, ep_size)
         self._rows_on: dict[tuple[str, str], torch.Tensor] = {}
 
     # -- what a master layout fixes ------------------------------------------------------------------
 
     def _compile(self, master: Mapping[str, torch.Tensor]) -> _Compiled:
-        shapes = {key: tensor_meta(master, key) for key in master}
-        signature = tuple(shapes.items())
+        if hasattr(master, "meta"):  # files: headers
+            signature: tuple[Any, ...] = tuple((key, tensor_meta(master, key)) for key in master)
+        else:  # tensors: dtype and shape objects, compared as they are (no per-tensor conversions)
+            signature = tuple((key, t.dtype, t.shape) for key, t in master.items())
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
-        sources = piece_sources(
-            {k: s for k, (_, s) in shapes.items()}, self.plan, ep_rank=self.ep_rank, ep_size=self.ep_size
-        )
+        shapes = {key: tensor_meta(master, key) for key in master}
+        sources = self._names.sources({k: s for k, (_, s) in shapes.items()})
         scratch = ExportReport("", "", 0, 1, [], 0, {})
         ctx = Context(self.plan, {}, master, sources, torch.device("cpu"), scratch, self.ep_rank, self.ep_size, {})
         outputs: dict[str, list[OutputSpec]] = {}
@@ -238,7 +241,7 @@ class ExportValidator:
         Returns:
             The :class:`~fp4convert.megatron.report.ExportReport`.
         """
-        with torch.no_grad():  # masters are often the learner's Parameters
+        with torch.no_grad(), gc_paused():  # masters are often the learner's Parameters; gc: see gc_paused
             return self._validate(exported, master)
 
     def _validate(self, exported: Mapping[str, torch.Tensor], master: Mapping[str, torch.Tensor]) -> ExportReport:
@@ -330,7 +333,7 @@ def validate_export(
         >>> validate_export(exported, megatron, **kwargs).ok  # doctest: +SKIP
         True
     """
-    the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
+    the_contract = loaded_contract(contract)
     key = (
         contract_hash(the_contract),
         family,

@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 from _helpers import adversarial, assert_bytes_equal
+from _helpers import check_mxfp8_segments as check_mxfp8
+from _helpers import check_nvfp4_segments as check_nvfp4
+from _helpers import segment_group as group
 
 from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import quantize_mxfp8
@@ -104,3 +107,39 @@ def test_flashinfer_gate_matches_this_device():
 def test_tile_amax_cuda_equals_cpu(dtype):
     x = adversarial((1024, 2064), dtype, seed=17)
     assert_bytes_equal(kernels.tile_amax(x.cuda()), kernels.tile_amax(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mae"])
+@pytest.mark.parametrize("tile", ["1x16", "16x16"])
+def test_segment_kernels_on_cuda_equal_the_cpu_reference(dtype, profile, tile):
+    check_nvfp4(*group(dtype, "cuda"), profile, tile)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype):
+    check_mxfp8(group(dtype, "cuda")[0])
+
+
+@pytest.mark.parametrize("shape", [(4096, 2048), (1536, 768), (48, 80)])
+def test_dense_kernels_on_large_and_odd_shapes_equal_cpu(shape):
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
+    for kwargs in ({}, {"tile": "16x16"} if shape[0] % 16 == 0 else {}, {"scope": "row"}):
+        gpu, cpu = quantize_nvfp4(x.cuda(), **kwargs), quantize_nvfp4(x, **kwargs)
+        assert_bytes_equal(gpu.data, cpu.data)
+        assert_bytes_equal(gpu.scale, cpu.scale)
+        assert_bytes_equal(gpu.amax, cpu.amax)
+    if shape[1] % 32 == 0:
+        for axis in ("row", "col") if shape[0] % 32 == 0 else ("row",):
+            gpu8, cpu8 = quantize_mxfp8(x.cuda(), axis=axis), quantize_mxfp8(x, axis=axis)
+            assert_bytes_equal(gpu8.data, cpu8.data)
+            assert_bytes_equal(gpu8.scale, cpu8.scale)
+
+
+def test_tensor_amax_kernel_ignores_nan_and_keeps_inf():
+    x = adversarial((512, 1024), torch.bfloat16, seed=18)
+    x[7, 9] = float("-inf")
+    assert_bytes_equal(kernels.tensor_amax(x.cuda()).cpu(), torch.tensor(float("inf")))
+    y = adversarial((512, 1024), torch.float32, seed=19)
+    want = torch.where(y.isnan(), torch.zeros_like(y), y.abs()).amax()
+    assert_bytes_equal(kernels.tensor_amax(y.cuda()).cpu(), want)

@@ -1,0 +1,435 @@
+# mypy: disable-error-code="no-untyped-def"
+# (Triton JIT functions take and return Triton tensors; Python annotations would not describe them.)
+"""Triton kernels over row segments: many 2-D sources quantized by one launch, read in place.
+
+A *segment* is a run of rows of one source tensor (its address, row stride and row count are
+loaded from small device tables), written at a given row of one output matrix; a *unit* is what
+one outer amax covers (a shared-scale group of segments). A launch takes a table of
+``(segment, first row)`` blocks, so tensors of different sizes and addresses share one grid, and
+a single dense tensor is the one-segment case. The arithmetic is ``_triton.py``'s, byte for byte,
+written with fewer instructions per element: NaN-ignoring maxima are ``max`` (which skips NaN),
+the E2M1 and E4M3 roundings work on the float's bits (round-to-nearest-even of the mantissa by an
+integer add), outer scales are computed in the kernel from the unit's amax with ``div_rn`` (the
+same IEEE operations as :func:`fp4convert.formats.profiles.outer_scales`), and 16x16 tile amaxes
+come from the rows each program holds. Launches use ``enable_fp_fusion=False``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+
+
+@triton.jit
+def _absmax(x):
+    # max(|x|) of the last axis ignoring NaN: ``max`` (maxnum, PTX max.f32) returns the other
+    # operand when one is NaN, as TE's fmaxf does; only an all-NaN block gives NaN, and its amax is 0
+    m = tl.max(tl.abs(x), axis=-1)
+    return tl.where(m == m, m, 0.0)
+
+
+@triton.jit
+def _e2m1(y, SIGNED_ZERO: tl.constexpr):
+    """float32 -> E2M1 code (int32), the same bytes as ``_triton._e2m1_code``."""
+    b = y.to(tl.uint32, bitcast=True)
+    a = b & 0x7FFFFFFF
+    af = a.to(tl.float32, bitcast=True)
+    # |y| >= 1: round the mantissa to one bit, ties to even, on the bits; 6.0 (code 7) saturates,
+    # inf and NaN land above it and saturate too (NaN is fixed below)
+    big = tl.minimum((a + 0x1FFFFF + ((a >> 22) & 1)) >> 22, 259) - 252
+    # |y| < 1: rne(2|y|) in {0, 1, 2} by the 2^23 trick (2|y| is exact)
+    small = ((af * 2.0) + 8388608.0).to(tl.uint32, bitcast=True) - 0x4B000000
+    m = tl.where(af < 1.0, small, big)
+    if SIGNED_ZERO:
+        neg = tl.where(a > 0x7F800000, 0, b >> 31)  # NaN encodes as +6
+    else:
+        neg = (y < 0.0).to(tl.uint32)
+    return (m | (neg << 3)).to(tl.int32)
+
+
+@triton.jit
+def _e4m3_nonneg(d):
+    """float32 >= 0 (or NaN) -> E4M3 code (int32), satfinite RNE; NaN -> 0x7F (``_triton._e4m3_nonneg``)."""
+    b = d.to(tl.uint32, bitcast=True)
+    normal = ((b + 0x7FFFF + ((b >> 20) & 1)) >> 20) - 960  # (exp - 120) << 3 | mantissa, rounded
+    sub = ((d * 512.0) + 8388608.0).to(tl.uint32, bitcast=True) - 0x4B000000  # grid 2^-9
+    code = tl.minimum(tl.where(d < 0.015625, sub, normal), 0x7E)
+    return tl.where(b > 0x7F800000, 0x7F, code).to(tl.int32)
+
+
+@triton.jit
+def _e4m3_signed(y):
+    """float32 -> E4M3 byte with its sign (int32), satfinite RNE; NaN -> 0x7F, one NaN test."""
+    yb = y.to(tl.uint32, bitcast=True)
+    a = yb & 0x7FFFFFFF
+    d = a.to(tl.float32, bitcast=True)
+    normal = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - 960
+    sub = ((d * 512.0) + 8388608.0).to(tl.uint32, bitcast=True) - 0x4B000000
+    code = tl.minimum(tl.where(d < 0.015625, sub, normal), 0x7E) | ((yb >> 24) & 0x80)
+    return tl.where(a > 0x7F800000, 0x7F, code).to(tl.int32)
+
+
+@triton.jit
+def _e4m3_value(code):
+    """E4M3 code (int32, 0..0x7E) -> float32."""
+    e = code >> 3
+    m = code & 7
+    sub = m.to(tl.float32) * 0.001953125
+    normal = (((e + 120) << 23) | (m << 20)).to(tl.uint32).to(tl.float32, bitcast=True)
+    return tl.where(e == 0, sub, normal)
+
+
+@triton.jit
+def _outer(amax, PROFILE: tl.constexpr, GMAX: tl.constexpr):
+    """(s_dec, mult) of an outer amax: ``profiles.outer_scales``' operations, one by one."""
+    g = tl.full(amax.shape, GMAX, tl.float32)
+    one = tl.full(amax.shape, 1.0, tl.float32)
+    if PROFILE == 2:  # modelopt: s2 = A / 2688, mult = s2 * 6
+        s2 = tl.math.div_rn(amax, g)
+        return s2, s2 * 6.0
+    s_enc = tl.math.div_rn(g, amax)
+    s_enc = tl.where(s_enc == float("inf"), FLT_MAX, s_enc)
+    s_enc = tl.where((amax == 0.0) | (s_enc == 0.0), 1.0, s_enc)
+    s_dec = tl.math.div_rn(one, s_enc)
+    if PROFILE == 0:
+        return s_dec, s_enc * tl.math.div_rn(one, tl.full(amax.shape, 6.0, tl.float32))
+    return s_dec, s_enc
+
+
+@triton.jit
+def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr):
+    """Codes and scale bytes of ``x [BR, NB, 2, 8]`` (float32: rows, blocks, two halves of a
+    block) with per-row ``sdec``/``mult [BR, 1]``."""
+    amax = _absmax(_absmax(x))  # [BR, NB]; a max of maxima is the max (order-free)
+    if TILE16:  # the 16x16 tile's amax for each of its 16 rows (BR == 16: one tile row-group)
+        amax = tl.broadcast_to(tl.max(amax, axis=0)[None, :], amax.shape)
+    if PROFILE == 2:  # modelopt
+        psc = tl.math.div_rn(amax, mult)
+        psc = tl.where(psc == 0.0, 1.0, psc)
+        psc = tl.minimum(tl.maximum(psc, 0.001953125), 448.0)
+        sf = _e4m3_nonneg(psc)
+        sf = tl.where(sdec == 0.0, 0x38, sf)
+        y = tl.math.div_rn(x, (_e4m3_value(sf) * sdec)[:, :, None, None])
+        y = tl.where(sdec[:, :, None, None] == 0.0, 0.0, y)
+        codes = _e2m1(y, False)
+    else:
+        if PROFILE == 0:
+            d = amax * mult
+        else:
+            d = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)) * mult
+        sf = _e4m3_nonneg(d)
+        enc = tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), _e4m3_value(sf) * sdec)
+        enc = tl.minimum(enc, FLT_MAX)
+        codes = _e2m1(x * enc[:, :, None, None], True)
+    return codes, sf
+
+
+@triton.jit
+def _nvfp4_rows(
+    src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
+    PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    """Quantize columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` into output rows ``orow``. (The
+    column loop is the caller's: the Triton interpreter runs ``range`` loops in kernels only.)"""
+    NB: tl.constexpr = BC // 16
+    h = tl.arange(0, 2)
+    j = tl.arange(0, 8)
+    nblocks = cols // 16
+    blk = c0 // 16 + tl.arange(0, NB)
+    # [rows, blocks, half, 8]: a thread holds 8 consecutive values (one 16-byte load) and packs
+    # their codes into one 32-bit word (little endian: element 2i in the low nibble of byte i)
+    col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
+    ptrs = src + r.to(tl.int64)[:, None, None, None] * ld + col  # 64-bit: tensors past 2^31 elements
+    if EVEN_R and EVEN_C:
+        x = tl.load(ptrs).to(tl.float32)
+    else:
+        m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
+        x = tl.load(ptrs, mask=m4, other=0.0).to(tl.float32)
+    codes, sf = _nvfp4_chunk(x, sdec, mult, PROFILE, TILE16)
+    words = tl.sum(codes.to(tl.uint32) << (j * 4).to(tl.uint32)[None, None, None, :], axis=3)
+    sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
+    wptr = (
+        data_ptr.to(tl.pointer_type(tl.uint32))
+        + orow.to(tl.int64)[:, None, None] * (cols // 8)
+        + blk[None, :, None] * 2
+        + h[None, None, :]
+    )
+    if EVEN_R and EVEN_C:
+        tl.store(sptr, sf.to(tl.uint8))
+        tl.store(wptr, words)
+    else:
+        m2 = rmask[:, None] & (blk < nblocks)[None, :]
+        tl.store(sptr, sf.to(tl.uint8), mask=m2)
+        tl.store(wptr, words, mask=m2[:, :, None])
+
+
+@triton.jit
+def _nvfp4_seg_kernel(
+    tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols,
+    DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
+    EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    """One ``(segment, first row)`` block per program; the segment's unit amax gives its scales."""
+    pid = tl.program_id(0)
+    seg = tl.load(tab_ptr + 2 * pid)
+    r0 = tl.load(tab_ptr + 2 * pid + 1)
+    src = tl.multiple_of(tl.load(src_ptr + seg).to(tl.pointer_type(DT)), 16)
+    ld = tl.multiple_of(tl.load(ld_ptr + seg), 16)
+    nrows = tl.load(rows_ptr + seg)
+    r = r0 + tl.arange(0, BR)
+    rmask = r < nrows
+    orow = tl.load(out_ptr + seg) + r
+    amax = tl.load(amax_ptr + tl.load(unit_ptr + seg))
+    sdec, mult = _outer(tl.full((BR, 1), 0.0, tl.float32) + amax, PROFILE, GMAX)
+    for c0 in range(0, cols, BC):
+        _nvfp4_rows(
+            src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC
+        )
+
+
+@triton.jit
+def _nvfp4_dense_kernel(
+    x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, unit_rows,
+    PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    """One matrix; row ``i`` takes outer amax ``amax[i // unit_rows]`` (tensor, expert or row scope)."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    rmask = r < rows
+    amax = tl.load(amax_ptr + r // unit_rows, mask=rmask, other=1.0)[:, None]
+    sdec, mult = _outer(amax, PROFILE, GMAX)
+    for c0 in range(0, cols, BC):
+        _nvfp4_rows(
+            x_ptr, ld, r, rmask, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC
+        )
+
+
+@triton.jit
+def _mxfp8_rows(
+    src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    NB: tl.constexpr = BC // 32
+    q = tl.arange(0, 4)
+    j = tl.arange(0, 8)
+    nblocks = cols // 32
+    blk = c0 // 32 + tl.arange(0, NB)
+    # [rows, blocks, quarter, 8]: a thread holds 8 consecutive values (one 16-byte load)
+    col = blk[None, :, None, None] * 32 + q[None, None, :, None] * 8 + j[None, None, None, :]
+    if EVEN_R and EVEN_C:
+        x = tl.load(src + r.to(tl.int64)[:, None, None, None] * ld + col).to(tl.float32)
+    else:
+        m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
+        x = tl.load(src + r.to(tl.int64)[:, None, None, None] * ld + col, mask=m4, other=0.0).to(tl.float32)
+    v = _absmax(_absmax(x)) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
+    b = v.to(tl.uint32, bitcast=True)
+    ex = (b >> 23) & 0xFF
+    man = b & 0x7FFFFF
+    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
+    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
+    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
+    code = _e4m3_signed(x * inv[:, :, None, None])
+    sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
+    dptr = data_ptr + orow.to(tl.int64)[:, None, None, None] * cols + col
+    if EVEN_R and EVEN_C:
+        tl.store(sptr, sc.to(tl.uint8))
+        tl.store(dptr, code.to(tl.uint8))
+    else:
+        m2 = rmask[:, None] & (blk < nblocks)[None, :]
+        tl.store(sptr, sc.to(tl.uint8), mask=m2)
+        tl.store(dptr, code.to(tl.uint8), mask=m2[:, :, None, None])
+
+
+@triton.jit
+def _mxfp8_seg_kernel(
+    tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, data_ptr, scale_ptr, cols,
+    DT: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0)
+    seg = tl.load(tab_ptr + 2 * pid)
+    r0 = tl.load(tab_ptr + 2 * pid + 1)
+    src = tl.multiple_of(tl.load(src_ptr + seg).to(tl.pointer_type(DT)), 16)
+    ld = tl.multiple_of(tl.load(ld_ptr + seg), 16)
+    r = r0 + tl.arange(0, BR)
+    rmask = r < tl.load(rows_ptr + seg)
+    orow = tl.load(out_ptr + seg) + r
+    for c0 in range(0, cols, BC):
+        _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+
+
+@triton.jit
+def _mxfp8_dense_kernel(
+    x_ptr, ld, rows, data_ptr, scale_ptr, cols,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    for c0 in range(0, cols, BC):
+        _mxfp8_rows(x_ptr, ld, r, r < rows, r, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+
+
+@triton.jit
+def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr, BC: tl.constexpr):
+    """MXFP8 column blocks (32 consecutive rows of a column) of a row-major matrix, read and written
+    in its own layout: one program holds 32 rows x BC columns and takes each column's block amax."""
+    r = tl.program_id(0) * 32 + tl.arange(0, 32)
+    c = tl.program_id(1) * BC + tl.arange(0, BC)
+    ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + c[None, :]
+    if EVEN_C:
+        x = tl.load(ptrs).to(tl.float32)
+    else:
+        x = tl.load(ptrs, mask=(c < cols)[None, :], other=0.0).to(tl.float32)
+    m = tl.max(tl.abs(x), axis=0)
+    v = tl.where(m == m, m, 0.0) * 0.002232142956927418  # rn32(1/448), a multiply as in TE
+    b = v.to(tl.uint32, bitcast=True)
+    ex = (b >> 23) & 0xFF
+    man = b & 0x7FFFFF
+    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
+    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
+    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
+    code = _e4m3_signed(x * inv[None, :])
+    dptr = data_ptr + r.to(tl.int64)[:, None] * cols + c[None, :]
+    sptr = scale_ptr + tl.program_id(0).to(tl.int64) * cols + c
+    if EVEN_C:
+        tl.store(dptr, code.to(tl.uint8))
+        tl.store(sptr, sc.to(tl.uint8))
+    else:
+        tl.store(dptr, code.to(tl.uint8), mask=(c < cols)[None, :])
+        tl.store(sptr, sc.to(tl.uint8), mask=c < cols)
+
+
+@triton.jit
+def _amax_seg_kernel(
+    tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, cols,
+    DT: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    """Each segment's NaN-ignoring amax into ``out[segment]`` (int32 bits of the float; ``out``
+    starts at 0)."""
+    pid = tl.program_id(0)
+    seg = tl.load(tab_ptr + 2 * pid)
+    r0 = tl.load(tab_ptr + 2 * pid + 1)
+    src = tl.multiple_of(tl.load(src_ptr + seg).to(tl.pointer_type(DT)), 16)
+    ld = tl.multiple_of(tl.load(ld_ptr + seg), 16)
+    r = r0 + tl.arange(0, BR)
+    rmask = r < tl.load(rows_ptr + seg)
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    c = tl.arange(0, BC)
+    for c0 in range(0, cols, BC):
+        ptrs = src + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
+        if EVEN_R and EVEN_C:
+            x = tl.load(ptrs).to(tl.float32)
+        else:
+            x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
+        acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
+    # non-negative floats order as their bits, and max is exact in any order: an integer atomic max
+    best = tl.max(tl.max(acc, axis=1), axis=0)
+    tl.atomic_max(out_ptr + seg, best.to(tl.int32, bitcast=True))
+
+
+@triton.jit
+def _amax_dense_kernel(
+    x_ptr, ld, rows, out_ptr, cols, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr
+):
+    """One matrix's amax into ``out[0]`` (int32 bits): BR rows per program."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    rmask = r < rows
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    c = tl.arange(0, BC)
+    for c0 in range(0, cols, BC):
+        ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
+        if EVEN_R and EVEN_C:
+            x = tl.load(ptrs).to(tl.float32)
+        else:
+            x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
+        acc = tl.maximum(acc, tl.abs(x))
+    best = tl.max(tl.max(acc, axis=1), axis=0)
+    tl.atomic_max(out_ptr, best.to(tl.int32, bitcast=True))
+
+
+def tensor_amax(x2d):
+    """NaN-ignoring amax of a contiguous-row matrix: a float32 0-d tensor, two launches."""
+    import torch
+
+    rows, cols = x2d.shape
+    out = torch.zeros(1, dtype=torch.int32, device=x2d.device)
+    if rows and cols:
+        br, bc = 16, 256
+        _amax_dense_kernel[(triton.cdiv(rows, br),)](
+            x2d, x2d.stride(0), rows, out, cols, EVEN_R=rows % br == 0, EVEN_C=cols % bc == 0, BR=br, BC=bc,
+            enable_fp_fusion=False,
+        )  # fmt: skip
+    return out.view(torch.float32).reshape(())
+
+
+def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool):
+    """NVFP4 of one contiguous-row matrix; row ``i`` takes ``amax[i // unit_rows]``."""
+    import torch
+
+    rows, cols = x2d.shape
+    data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=x2d.device)
+    scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=x2d.device)
+    if rows and cols:
+        bc = launch_shape(cols, 16)
+        _nvfp4_dense_kernel[(triton.cdiv(rows, 16),)](
+            x2d, x2d.stride(0), rows, amax, data, scale, cols, unit_rows, PROFILE=code, GMAX=gmax, TILE16=tile16,
+            EVEN_R=rows % 16 == 0, EVEN_C=cols % bc == 0, BR=16, BC=bc, enable_fp_fusion=False,
+        )  # fmt: skip
+    return data, scale
+
+
+def mxfp8_dense(x2d):
+    """MXFP8 (1x32 row blocks) of one contiguous-row matrix."""
+    import torch
+
+    rows, cols = x2d.shape
+    data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
+    scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device=x2d.device)
+    if rows and cols:
+        bc = launch_shape(cols, 32)
+        _mxfp8_dense_kernel[(triton.cdiv(rows, 16),)](
+            x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % 16 == 0, EVEN_C=cols % bc == 0, BR=16, BC=bc,
+            enable_fp_fusion=False,
+        )  # fmt: skip
+    return data, scale
+
+
+def mxfp8_col_dense(x2d):
+    """MXFP8 column blocks of a contiguous-row matrix (rows % 32 == 0): data in its layout,
+    scales ``(rows / 32, cols)``."""
+    import torch
+
+    rows, cols = x2d.shape
+    data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
+    scale = torch.empty(rows // 32, cols, dtype=torch.uint8, device=x2d.device)
+    if rows and cols:
+        bc = 128
+        _mxfp8_col_kernel[(rows // 32, triton.cdiv(cols, bc))](
+            x2d, x2d.stride(0), data, scale, cols, EVEN_C=cols % bc == 0, BC=bc, enable_fp_fusion=False
+        )
+    return data, scale
+
+
+def launch_shape(cols: int, block: int) -> int:
+    """Columns per inner step: up to 256 for NVFP4 (16 blocks of 16) and MXFP8 (8 blocks of 32),
+    never past the row (a power of two; triton ranges must be)."""
+    bc = 256
+    while bc > block and bc // 2 >= cols:
+        bc //= 2
+    return bc
+
+
+__all__ = [
+    "_amax_dense_kernel",
+    "_amax_seg_kernel",
+    "_mxfp8_dense_kernel",
+    "_mxfp8_seg_kernel",
+    "_nvfp4_dense_kernel",
+    "_nvfp4_seg_kernel",
+    "launch_shape",
+    "mxfp8_col_dense",
+    "mxfp8_dense",
+    "nvfp4_dense",
+    "tensor_amax",
+]

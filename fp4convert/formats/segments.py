@@ -1,0 +1,307 @@
+"""Grouped quantization: many 2-D tensors quantized together, read where they are (docs/formats.md, "Segments").
+
+A live weight sync quantizes tens of thousands of tensors of a few shapes. Doing them one call each
+costs a launch, a host round trip and Python per tensor, so here a *group* of tensors with one
+width and dtype is one :class:`SegmentLayout`: each *segment* (a run of rows of one source tensor:
+an expert's ``linear_fc1``, one query group of ``linear_qkv``) is written at fixed rows of one
+output matrix, whose row ranges are then the per-tensor outputs. Each segment belongs to a *unit*,
+the tensors sharing one NVFP4 outer amax (gate/up, q/k/v); the unit amaxes are a device vector
+(:func:`unit_amax`), never read back. Quantization is row-independent given the row's outer amax,
+and 16x16 tiles never straddle segments (their rows are multiples of 16), so every segment's bytes
+are exactly the per-tensor quantizer's (tests/formats/test_segments.py).
+
+On CUDA one Triton launch covers a group (``_triton_segments``: a table of ``(segment, row)``
+blocks, source addresses loaded from a device table); on the CPU the native kernel runs per
+segment straight from the source's memory, segments spread over the kernel threads. 4over6
+profiles gather the group into one matrix and use the per-row kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from fp4convert.errors import FormatError
+from fp4convert.formats import kernels, profiles
+from fp4convert.formats.mxfp8 import mxfp8_matrix
+from fp4convert.formats.nvfp4 import nvfp4_matrix
+from fp4convert.formats.nvfp4 import row_amax as nvfp4_row_amax
+from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+
+__all__ = [
+    "SegmentLayout",
+    "Sources",
+    "mxfp8_segments",
+    "nvfp4_segments",
+    "reads_by_address",
+    "segment_amax",
+    "unit_amax",
+]
+
+#: rows per block of a launch: one 16x16 tile row-group
+BLOCK_ROWS = 16
+#: block chains the segment kernels (CPU and CUDA) implement
+_SEGMENT_CHAINS = frozenset(kernels.PROFILE_CODES) - {"4over6"}
+
+
+@dataclass
+class SegmentLayout:
+    """Where each segment of a group goes, fixed once per model layout.
+
+    Attributes:
+        cols: the width every segment shares.
+        rows: rows of each segment.
+        out_rows: first output row of each segment.
+        units: outer-amax unit of each segment (``0 .. num_units - 1``).
+        num_units: how many units.
+        total_rows: rows of the output matrix.
+    """
+
+    cols: int
+    rows: tuple[int, ...]
+    out_rows: tuple[int, ...]
+    units: tuple[int, ...]
+    num_units: int
+    total_rows: int
+    _device: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, rows: Sequence[int], units: Sequence[int] | None = None, *, cols: int) -> SegmentLayout:
+        """Segments of ``rows`` stacked in order; ``units`` default to one per segment.
+
+        Example:
+            >>> layout = SegmentLayout.of([768, 768, 2048], [0, 0, 1], cols=2048)
+            >>> layout.out_rows, layout.total_rows, layout.num_units
+            ((0, 768, 1536), 3584, 2)
+        """
+        starts, total = [], 0
+        for r in rows:
+            starts.append(total)
+            total += r
+        the_units = tuple(units) if units is not None else tuple(range(len(rows)))
+        return cls(cols, tuple(rows), tuple(starts), the_units, max(the_units, default=-1) + 1, total)
+
+    def tables(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """Static device tables: the ``(segment, first row)`` block table and per-segment rows,
+        output rows and units (built once per device)."""
+        key = str(device)
+        if key not in self._device:
+            blocks = [(s, r) for s, rows in enumerate(self.rows) for r in range(0, rows, BLOCK_ROWS)]
+            ints = {
+                "tab": torch.tensor(blocks, dtype=torch.int32).reshape(-1, 2),
+                "rows": torch.tensor(self.rows, dtype=torch.int32),
+                "out": torch.tensor(self.out_rows, dtype=torch.int32),
+                "unit": torch.tensor(self.units, dtype=torch.int64),
+                "unit32": torch.tensor(self.units, dtype=torch.int32),
+                "row_unit": torch.repeat_interleave(
+                    torch.tensor(self.units, dtype=torch.int64), torch.tensor(self.rows)
+                ),
+            }
+            self._device[key] = {name: t.to(device) for name, t in ints.items()}
+        return self._device[key]
+
+    @property
+    def even_rows(self) -> bool:
+        return all(r % BLOCK_ROWS == 0 for r in self.rows)
+
+
+class Sources:
+    """The source tensors of one group for one call: checked, and their addresses on the device.
+
+    The address table is rebuilt only when an address changed since the last call (a learner
+    updating its parameters in place keeps them).
+    """
+
+    def __init__(self, layout: SegmentLayout) -> None:
+        self.layout = layout
+        self._last: list[int] | None = None
+        self._ptrs: torch.Tensor | None = None
+        self._ld: torch.Tensor | None = None
+        self.tensors: list[torch.Tensor] = []
+
+    def bind(self, tensors: Sequence[torch.Tensor]) -> Sources:
+        """Use ``tensors`` (2-D, rows as the layout says, contiguous rows) for the next call.
+
+        The same tensor objects as last call (a learner's parameters) are not checked again.
+        """
+        if len(tensors) == len(self.tensors) and all(a is b for a, b in zip(tensors, self.tensors, strict=True)):
+            return self
+        layout = self.layout
+        if len(tensors) != len(layout.rows):
+            raise FormatError(f"{len(tensors)} tensors for a group of {len(layout.rows)} segments")
+        first = tensors[0]
+        for t, rows in zip(tensors, layout.rows, strict=True):
+            if t.dim() != 2 or t.shape[0] != rows or t.shape[1] != layout.cols or t.stride(1) != 1:
+                raise FormatError(
+                    f"a segment of shape {tuple(t.shape)} (strides {t.stride()}) does not fit its group "
+                    f"({rows} x {layout.cols}, contiguous rows)",
+                    hint="pass whole tensor-parallel-gathered tensors",
+                    found=tuple(t.shape),
+                )
+            if t.dtype != first.dtype or t.device != first.device:
+                raise FormatError("the tensors of one group must share dtype and device", found=str(t.dtype))
+        self.tensors = list(tensors)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.tensors[0].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tensors[0].dtype
+
+    def device_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(addresses, row strides) as int64 device tensors."""
+        ptrs = [t.data_ptr() for t in self.tensors]
+        if ptrs != self._last or self._ptrs is None or self._ld is None:
+            lds = [t.stride(0) for t in self.tensors]
+            # the kernels are compiled for 16-byte-aligned rows (tl.multiple_of on address and stride)
+            if any(p % 16 for p in ptrs) or any(ld % 16 for ld in lds):
+                raise FormatError(
+                    "segment rows must start on 16-byte boundaries, with a row stride of a multiple of 16 elements"
+                )
+            host = torch.tensor([ptrs, lds], dtype=torch.int64)
+            dev = host.to(self.device, non_blocking=False)
+            self._ptrs, self._ld, self._last = dev[0].contiguous(), dev[1].contiguous(), ptrs
+        return self._ptrs, self._ld
+
+    def stacked(self) -> torch.Tensor:
+        """The group as one matrix (a copy; only for paths without a segment kernel)."""
+        return self.tensors[0] if len(self.tensors) == 1 else torch.cat(self.tensors)
+
+
+def _on_triton(device: torch.device) -> bool:
+    """Whether the Triton segment kernels run on ``device`` (CUDA with Triton)."""
+    return device.type == "cuda" and kernels.triton_available()
+
+
+def reads_by_address(device: torch.device) -> bool:
+    """Whether groups on ``device`` are read through an address table (the Triton kernels), so
+    their rows must start on 16-byte boundaries (:meth:`Sources.device_tables` checks)."""
+    return _on_triton(device)
+
+
+def _cuda_kernels() -> object:
+    from fp4convert.formats import _triton_segments
+
+    return _triton_segments
+
+
+def segment_amax(sources: Sources) -> torch.Tensor:
+    """NaN-ignoring amax of each segment: float32 ``(segments,)`` on the sources' device."""
+    layout = sources.layout
+    if _on_triton(sources.device):
+        ts = _cuda_kernels()
+        tables = layout.tables(sources.device)
+        ptrs, lds = sources.device_tables()
+        out = torch.zeros(len(layout.rows), dtype=torch.int32, device=sources.device)
+        bc = ts.launch_shape(layout.cols, 16)  # type: ignore[attr-defined]
+        grid = (tables["tab"].shape[0],)
+        ts._amax_seg_kernel[grid](  # type: ignore[attr-defined]
+            tables["tab"], ptrs, lds, tables["rows"], out, layout.cols, DT=_tl_dtype(sources.dtype),
+            EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, enable_fp_fusion=False,
+        )  # fmt: skip
+        return out.view(torch.float32)
+    if sources.device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
+        return kernels.segment_amax(sources.tensors)
+    return torch.stack([nvfp4_row_amax(t).amax() for t in sources.tensors])
+
+
+def unit_amax(sources: Sources, seg_amax: torch.Tensor | None = None) -> torch.Tensor:
+    """The outer amax of each unit: the maximum over its segments, float32 ``(units,)`` on the device."""
+    layout = sources.layout
+    amax = segment_amax(sources) if seg_amax is None else seg_amax
+    if layout.num_units == len(layout.rows) and layout.units == tuple(range(layout.num_units)):
+        return amax
+    index = layout.tables(amax.device)["unit"]
+    return torch.zeros(layout.num_units, dtype=torch.float32, device=amax.device).scatter_reduce_(
+        0, index, amax, "amax", include_self=False
+    )
+
+
+def _tl_dtype(dtype: torch.dtype) -> object:
+    import triton.language as tl
+
+    return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[dtype]
+
+
+def _check_outputs(layout: SegmentLayout, data: torch.Tensor, scale: torch.Tensor, per_byte: int, block: int) -> None:
+    want = ((layout.total_rows, layout.cols // per_byte), (layout.total_rows, layout.cols // block))
+    got = (tuple(data.shape), tuple(scale.shape))
+    if got != want or not (data.is_contiguous() and scale.is_contiguous()):
+        raise FormatError(f"output buffers {got} do not match the group's {want} (contiguous uint8)")
+
+
+def nvfp4_segments(
+    sources: Sources,
+    amax: torch.Tensor,
+    profile: profiles.Profile,
+    *,
+    tile: str,
+    data: torch.Tensor,
+    scale: torch.Tensor,
+) -> None:
+    """Quantize a group to NVFP4 into ``data (rows, cols/2)`` and ``scale (rows, cols/16)`` (uint8).
+
+    Args:
+        sources: the group's tensors (:meth:`Sources.bind`).
+        amax: float32 ``(units,)`` outer amax of each unit, on the sources' device.
+        profile: arithmetic profile.
+        tile: ``"1x16"`` or ``"16x16"`` (every segment's rows a multiple of 16).
+    """
+    layout = sources.layout
+    _check_outputs(layout, data, scale, 2, NVFP4_BLOCK)
+    if layout.cols % NVFP4_BLOCK or (tile == "16x16" and not layout.even_rows):
+        raise FormatError(f"a group of width {layout.cols} and rows {layout.rows[:4]}... cannot take {tile} blocks")
+    spec = profiles.profile_spec(profile)
+    # 4over6 and the mxfp4-cast's power-of-two chain have no segment kernel: one stacked matrix instead
+    segment_kernel = spec.chain in _SEGMENT_CHAINS
+    device = sources.device
+    if segment_kernel and _on_triton(device):
+        ts = _cuda_kernels()
+        tables = layout.tables(device)
+        ptrs, lds = sources.device_tables()
+        bc = ts.launch_shape(layout.cols, NVFP4_BLOCK)  # type: ignore[attr-defined]
+        ts._nvfp4_seg_kernel[(tables["tab"].shape[0],)](  # type: ignore[attr-defined]
+            tables["tab"], ptrs, lds, tables["rows"], tables["out"], tables["unit32"], amax.float(),
+            data, scale, layout.cols, DT=_tl_dtype(sources.dtype), PROFILE=kernels.PROFILE_CODES[spec.chain],
+            GMAX=spec.global_max, TILE16=tile == "16x16", EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0,
+            BR=BLOCK_ROWS, BC=bc, enable_fp_fusion=False,
+        )  # fmt: skip
+        return
+    row_amax = amax.float()[layout.tables(amax.device)["row_unit"]]
+    if segment_kernel and device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
+        kernels.nvfp4_segments(sources.tensors, layout.out_rows, row_amax, profile, tile == "16x16", data, scale)
+        return
+    got_data, got_scale = nvfp4_matrix(sources.stacked(), row_amax, profile, tile=tile)  # type: ignore[arg-type]
+    data.copy_(got_data)
+    scale.copy_(got_scale)
+
+
+def mxfp8_segments(sources: Sources, *, data: torch.Tensor, scale: torch.Tensor) -> None:
+    """Quantize a group to MXFP8 (1x32 row blocks) into ``data (rows, cols)`` and ``scale (rows, cols/32)``."""
+    layout = sources.layout
+    _check_outputs(layout, data, scale, 1, MXFP8_BLOCK)
+    if layout.cols % MXFP8_BLOCK:
+        raise FormatError(f"a group of width {layout.cols} cannot take MXFP8 blocks of 32")
+    device = sources.device
+    if _on_triton(device):
+        ts = _cuda_kernels()
+        tables = layout.tables(device)
+        ptrs, lds = sources.device_tables()
+        bc = ts.launch_shape(layout.cols, MXFP8_BLOCK)  # type: ignore[attr-defined]
+        ts._mxfp8_seg_kernel[(tables["tab"].shape[0],)](  # type: ignore[attr-defined]
+            tables["tab"], ptrs, lds, tables["rows"], tables["out"], data, scale, layout.cols,
+            DT=_tl_dtype(sources.dtype), EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc,
+            enable_fp_fusion=False,
+        )  # fmt: skip
+        return
+    if device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
+        kernels.mxfp8_segments(sources.tensors, layout.out_rows, data, scale)
+        return
+    got_data, got_scale = mxfp8_matrix(sources.stacked())
+    data.copy_(got_data)
+    scale.copy_(got_scale)

@@ -1,0 +1,307 @@
+"""The quantized groups of a live export: which tensors one launch covers, and running one.
+
+A :class:`Group` is fixed by the plan alone: the routed experts of one layer sharing a format,
+width and tile (every expert's gate/up, or every down projection), or one shared-scale unit of the
+other tensors (q/k/v, MLA's q_a/kv_a, a dense gate/up), or one lone tensor. Its members' outputs
+are row ranges of one output matrix (:class:`GroupBuffers`), so their views are built once. When a
+sync has all of a group's master tensors, :func:`run_group` quantizes it with the segment kernels
+of :mod:`fp4convert.formats.segments`, reading each master tensor where it is (an expert's
+``linear_fc1`` is one segment: its gate and up rows are adjacent in the master and in the output),
+with the shared outer amaxes and the dialect's global scales computed on the device. Groups whose
+tensors are not plain row-contiguous BF16/FP16/FP32 of one dtype (legacy GroupedMLP's transposed
+experts) take the converter's per-unit path instead, with the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from fp4convert.dialects import OutputSpec
+from fp4convert.errors import FormatError
+from fp4convert.formats.nvfp4 import NVFP4Tensor
+from fp4convert.formats.segments import (
+    SegmentLayout,
+    Sources,
+    mxfp8_segments,
+    nvfp4_segments,
+    reads_by_address,
+    unit_amax,
+)
+from fp4convert.inventory import Role
+from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
+from fp4convert.megatron.encode import encode_group
+from fp4convert.megatron.plan import ExportPlan
+from fp4convert.megatron.resolve import Piece
+from fp4convert.plan import PlannedTensor, group_input_amax
+
+__all__ = ["Group", "GroupBuffers", "piece_value", "plan_groups", "run_group"]
+
+_KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass
+class Group:
+    """Quantized tensors handled by one launch (see the module docstring).
+
+    Attributes:
+        fmt: ``nvfp4`` or ``mxfp8``.
+        tile: NVFP4 tile (``1x16`` / ``16x16``).
+        cols: the members' width.
+        items: members in plan order.
+        out_rows: first output row of each member.
+        units: outer-amax unit of each member (its shared-scale group).
+        rows: rows of the output matrix.
+        layout: segments (set on the first sync that has the group's master tensors).
+        segments: per segment ``(master key, sub, first row)``.
+    """
+
+    fmt: str
+    tile: str
+    cols: int
+    items: list[PlannedTensor]
+    out_rows: list[int]
+    units: list[int]
+    rows: int
+    layout: SegmentLayout | None = None
+    segments: list[tuple[str, int | None, int]] = field(default_factory=list)
+    sources: Sources | None = None
+    _units_dev: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def num_units(self) -> int:
+        return max(self.units) + 1
+
+    def item_units(self, device: torch.device) -> torch.Tensor:
+        key = str(device)
+        if key not in self._units_dev:
+            self._units_dev[key] = torch.tensor(self.units, dtype=torch.long).to(device)
+        return self._units_dev[key]
+
+    def build_layout(self, pieces: Sequence[Piece]) -> None:
+        """Segments from the members' pieces (:func:`segments_of`)."""
+        self.segments, self.layout = segments_of(pieces, self.units, self.cols)
+        self.sources = Sources(self.layout)
+
+
+def segments_of(
+    pieces: Sequence[Piece], units: Sequence[int], cols: int
+) -> tuple[list[tuple[str, int | None, int]], SegmentLayout]:
+    """Segments for members stacked in order: each run of a member's rows one segment, runs that
+    continue each other in the same master tensor and unit merged (an expert's gate + up).
+
+    Returns:
+        ``(master key, sub, first row)`` per segment, and the :class:`SegmentLayout`.
+    """
+    rows: list[int] = []
+    seg_units: list[int] = []
+    segments: list[tuple[str, int | None, int]] = []
+    for piece, unit in zip(pieces, units, strict=True):
+        for start, count in piece.runs:
+            last = segments[-1] if segments else None
+            if last is not None and last[:2] == (piece.key, piece.sub) and seg_units[-1] == unit:
+                if last[2] + rows[-1] == start:
+                    rows[-1] += count
+                    continue
+            segments.append((piece.key, piece.sub, start))
+            rows.append(count)
+            seg_units.append(unit)
+    return segments, SegmentLayout.of(rows, seg_units, cols=cols)
+
+
+def bind_segments(
+    sources: Sources, segments: Sequence[tuple[str, int | None, int]], tensors: Sequence[torch.Tensor]
+) -> bool:
+    """Bind the segments' rows of ``tensors`` (one per segment); False when they cannot be read in
+    place (mixed dtypes or devices, rows not contiguous or not 16-byte aligned): the caller then
+    takes the per-unit or gathering path."""
+    first = tensors[0]
+    if first.dtype not in _KERNEL_DTYPES or not all(
+        t.dtype == first.dtype and t.device == first.device and t.stride(-1) == 1 for t in tensors
+    ):
+        return False
+    views = [
+        t if start == 0 and rows == t.shape[0] else t[start : start + rows]
+        for t, (_, _, start), rows in zip(tensors, segments, sources.layout.rows, strict=True)
+    ]
+    try:
+        sources.bind(views)
+        if reads_by_address(first.device):
+            sources.device_tables()
+    except FormatError:
+        return False
+    return True
+
+
+def _group_key(plan: ExportPlan, item: PlannedTensor) -> tuple[object, ...]:
+    info = item.info
+    tile = getattr(item.decision.recipe, "tile", "1x16")
+    if info.role is Role.ROUTED_EXPERT:
+        return ("experts", info.layer, item.decision.format, info.shape[-1], tile)
+    group = item.decision.fused_group
+    return ("unit", group if group is not None and group in plan.groups else info.name)
+
+
+def plan_groups(plan: ExportPlan, items: Sequence[PlannedTensor]) -> list[Group]:
+    """The groups of the quantized ``items`` (plan order within each group)."""
+    by_key: OrderedDict[tuple[object, ...], list[PlannedTensor]] = OrderedDict()
+    for item in items:
+        if item.quantized:
+            by_key.setdefault(_group_key(plan, item), []).append(item)
+    groups = []
+    for members in by_key.values():
+        unit_ids: dict[str, int] = {}
+        units, out_rows, total = [], [], 0
+        for item in members:
+            group = item.decision.fused_group
+            unit = group if group is not None and group in plan.groups else item.info.name
+            units.append(unit_ids.setdefault(unit, len(unit_ids)))
+            out_rows.append(total)
+            total += item.info.shape[0]
+        first = members[0]
+        groups.append(
+            Group(
+                fmt=first.decision.format,
+                tile=getattr(first.decision.recipe, "tile", "1x16"),
+                cols=first.info.shape[-1],
+                items=members,
+                out_rows=out_rows,
+                units=units,
+                rows=total,
+            )
+        )
+    return groups
+
+
+@dataclass
+class GroupBuffers:
+    """One group's outputs for one sync: the matrices and, per member, its output tensors."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    global_scale: torch.Tensor | None
+    outputs: list[list[tuple[str, torch.Tensor]]]  # per member, in its layout order
+
+    @classmethod
+    def allocate(cls, plan: ExportPlan, group: Group, device: torch.device) -> GroupBuffers:
+        per_byte, block = (2, 16) if group.fmt == "nvfp4" else (1, 32)
+        data = torch.empty(group.rows, group.cols // per_byte, dtype=torch.uint8, device=device)
+        scale = torch.empty(group.rows, group.cols // block, dtype=torch.uint8, device=device)
+        rows = [item.info.shape[0] for item in group.items]
+        specs = [item.outputs for item in group.items]
+        data_views = data.split(rows)
+        scale_views = scale.split(rows)
+        outputs: list[list[tuple[str, torch.Tensor]]] = [[] for _ in group.items]
+        global_scale = None
+        if group.fmt == "nvfp4":
+            global_scale = torch.empty(len(group.items), dtype=torch.float32, device=device)
+            shape = plan.dialect.global_shape
+            globals_ = global_scale.unbind(0) if shape == () else global_scale.split(1)
+        for index, spec in enumerate(specs):
+            out = outputs[index]
+            out.append(_as(spec[0], data_views[index]))
+            out.append(_as(spec[1], scale_views[index]))
+            if group.fmt == "nvfp4":
+                out.append(_as(spec[2], globals_[index]))
+                if len(spec) > 3:  # input scale: a constant of the plan
+                    item = group.items[index]
+                    amax = group_input_amax(list(plan.members(item)), plan.calibration)
+                    value = plan.dialect.input_scale(amax).reshape(plan.dialect.global_shape).to(device)
+                    out.append((spec[3][0], value))
+        return cls(data, scale, global_scale, outputs)
+
+
+def _as(spec: OutputSpec, view: torch.Tensor) -> tuple[str, torch.Tensor]:
+    dtype = SAFETENSORS_DTYPES[spec[1]]
+    return spec[0], view if view.dtype == dtype else view.view(dtype)
+
+
+def sent_dtype(item: PlannedTensor, master: torch.dtype) -> torch.dtype:
+    """The dtype a high-precision tensor is sent in: the master's (as Megatron-Bridge streams it),
+    except a norm weight the master holds wider than the plan records. Megatron-Core's local and
+    ModelOpt layer specs keep RMSNorm weights in float32 inside a BF16 model; the HF checkpoint,
+    ``fp4convert convert`` and the sampler hold them in the plan's dtype, so that is what is sent
+    (a round-to-nearest-even cast, the one the sampler's loader would make).
+
+    Example:
+        >>> from fp4convert.megatron import export_plan
+        >>> plan = export_plan(contract="nvfp4-experts-per-token", config="Qwen3-30B-A3B")
+        >>> sent_dtype(plan.item("model.layers.0.input_layernorm.weight"), torch.float32)
+        torch.bfloat16
+        >>> sent_dtype(plan.item("model.layers.0.mlp.gate.weight"), torch.float32)
+        torch.float32
+    """
+    planned = SAFETENSORS_DTYPES[item.outputs[0][1]]
+    if item.info.role is Role.NORM and master.is_floating_point and master.itemsize > planned.itemsize:
+        return planned
+    return master
+
+
+def piece_value(tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
+    """An HF tensor's values from the (unpacked) master tensor holding it: a view unless its rows
+    are interleaved (QKV)."""
+    if piece.whole:
+        return tensor
+    if len(piece.runs) == 1:
+        start, count = piece.runs[0]
+        return tensor[start : start + count]
+    return torch.cat([tensor[s : s + n] for s, n in piece.runs])
+
+
+def run_group(
+    plan: ExportPlan,
+    group: Group,
+    tensors: Mapping[tuple[str, int | None], torch.Tensor],
+    pieces: Sequence[Piece],
+    buffers: GroupBuffers,
+) -> None:
+    """Quantize one group into ``buffers`` (no host synchronisation on the fast path).
+
+    Args:
+        plan: the export plan.
+        group: the group (its layout built).
+        tensors: ``(master key, sub) -> tensor`` of this sync.
+        pieces: the members' pieces, in member order.
+        buffers: where the outputs go.
+    """
+    layout, sources = group.layout, group.sources
+    assert layout is not None and sources is not None
+    seg_tensors = [tensors[(key, sub)] for key, sub, _ in group.segments]
+    if not bind_segments(sources, group.segments, seg_tensors):
+        _run_slow(plan, group, tensors, pieces, buffers)
+        return
+    first = seg_tensors[0]
+    if group.fmt == "mxfp8":
+        mxfp8_segments(sources, data=buffers.data, scale=buffers.scale)
+        return
+    amax = unit_amax(sources)
+    nvfp4_segments(sources, amax, plan.profile, tile=group.tile, data=buffers.data, scale=buffers.scale)  # type: ignore[arg-type]
+    q = NVFP4Tensor((group.num_units,), first.dtype, group.tile, "tensor", plan.profile, amax)
+    assert buffers.global_scale is not None
+    torch.index_select(
+        plan.dialect.global_scale(q).float().reshape(-1), 0, group.item_units(amax.device), out=buffers.global_scale
+    )
+
+
+def _run_slow(
+    plan: ExportPlan,
+    group: Group,
+    tensors: Mapping[tuple[str, int | None], torch.Tensor],
+    pieces: Sequence[Piece],
+    buffers: GroupBuffers,
+) -> None:
+    """The converter's per-unit path (any dtype, layout or device mix), copied into the buffers."""
+    by_unit: OrderedDict[int, list[int]] = OrderedDict()
+    for index, unit in enumerate(group.units):
+        by_unit.setdefault(unit, []).append(index)
+    for members in by_unit.values():
+        items = [group.items[i] for i in members]
+        values = [piece_value(tensors[(pieces[i].key, pieces[i].sub)], pieces[i]) for i in members]
+        encoded = dict(encode_group(plan, items, values))
+        for i in members:
+            for name, view in buffers.outputs[i]:
+                if name in encoded and view.data_ptr() != encoded[name].data_ptr():
+                    view.copy_(encoded[name].to(view.device).view(view.dtype).reshape(view.shape))

@@ -1,0 +1,381 @@
+"""The reusable live exporter: one object per (contract, model, dialect, EP position), called every sync.
+
+:class:`LiveExporter` does what :func:`~fp4convert.megatron.export_hf` does (it is what that
+function runs), with everything a sync repeats kept between syncs: the plan, where each master
+name's HF tensors are (:mod:`fp4convert.megatron.resolve`), the quantized groups and their segment
+layouts (:mod:`fp4convert.megatron.groups`), and the output buffers with their per-tensor views.
+A sync then reads each master tensor's address, launches a few kernels per group with no host
+synchronisation, and hands out views of the output buffers.
+
+Output buffers are reused only when nothing from an earlier sync still refers to them: every
+output's reference count and every buffer's storage use count are compared with what the exporter
+itself holds, so a caller that keeps an update (``update = dict(exporter(params))`` while the next
+sync runs) gets a second set, and a third concurrent one is allocated afresh. Steady state holds
+one set (two in the ``update = ...`` pattern): no allocation grows across syncs, and the extra
+device memory is the quantized output itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4convert.errors import MappingError
+from fp4convert.families import unpack
+from fp4convert.megatron.encode import encode_group
+from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_groups, run_group, sent_dtype
+from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
+from fp4convert.megatron.resolve import MasterNames, Piece
+from fp4convert.plan import PlannedTensor
+
+__all__ = ["LiveExporter", "bucketed"]
+
+Pair = tuple[str, torch.Tensor]
+
+
+class _OutputSet:
+    """One sync's worth of output buffers (allocated per group on first use) and their views.
+
+    Free for reuse when nothing outside holds them: each view's reference count is the exporter's
+    own two (its pair and its entry in the group's ready list; the exporter hands out fresh pairs),
+    and each buffer's storage has no more users (views) than the exporter made.
+    """
+
+    def __init__(self) -> None:
+        self.groups: dict[int, GroupBuffers] = {}
+        #: per group, ``(plan position, name, view)`` of every output, in member order
+        self.ready: dict[int, list[tuple[int, str, torch.Tensor]]] = {}
+        self.copies: dict[str, Pair] = {}  # high-precision outputs that are not the master's tensor
+        self._pairs: list[Pair] = []
+        self._storages: list[tuple[torch.Tensor, int]] = []
+
+    def group(
+        self, plan: ExportPlan, index: int, group: Group, device: torch.device, positions: list[int]
+    ) -> tuple[GroupBuffers, list[tuple[int, str, torch.Tensor]]]:
+        """The group's buffers on ``device`` (allocated on first use) and its ready list;
+        ``positions``: each member's first plan position."""
+        found = self.groups.get(index)
+        if found is None or found.data.device != device:
+            found = GroupBuffers.allocate(plan, group, device)
+            self.groups[index] = found
+            for buffer in (found.data, found.scale, found.global_scale):
+                if buffer is not None:
+                    self._storages.append((buffer, _use_count(buffer)))
+            for member in found.outputs:
+                self._pairs += member
+            self.ready[index] = [
+                (position + i, name, tensor)
+                for position, pairs in zip(positions, found.outputs, strict=True)
+                for i, (name, tensor) in enumerate(pairs)
+            ]
+        return found, self.ready[index]
+
+    def copy_of(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Pair:
+        pair = self.copies.get(name)
+        if pair is None or pair[1].device != device or pair[1].dtype != dtype:
+            pair = (name, torch.empty(shape, dtype=dtype, device=device))
+            self.copies[name] = pair
+            self._storages.append((pair[1], _use_count(pair[1])))
+        return pair
+
+    def free(self) -> bool:
+        """Whether nothing outside the exporter refers to these buffers any more."""
+        refcount = sys.getrefcount
+        return (
+            all(refcount(pair[1]) <= 3 for pair in self._pairs)  # its pair, its ready entry, the argument
+            and all(refcount(pair[1]) <= 3 for pair in self.copies.values())  # + its _storages entry
+            and all(_use_count(t) <= count for t, count in self._storages)
+        )
+
+
+def _use_count(tensor: torch.Tensor) -> int:
+    return int(torch._C._storage_Use_Count(tensor.untyped_storage()._cdata))
+
+
+class LiveExporter:
+    """Export Megatron parameters as a dialect's HF tensors, sync after sync (see the module docstring).
+
+    Args:
+        contract: a :class:`~fp4convert.contract.Contract`, a contract file or a shipped name.
+        config: the model's config.json (or its path / a shipped name).
+        dialect: ``modelopt``, ``sglang-mxfp8`` or ``compressed-tensors`` (or a dialect instance).
+        family: family key; None takes it from the config.
+        ep_rank: the expert-parallel rank the parameters come from (expert ids local to it).
+        ep_size: expert-parallel size.
+        include_input_scale: also send NVFP4 activation scales.
+        calibration: activation amax per HF module, for per-tensor activation contracts.
+        output_sets: how many sets of output buffers are kept for reuse (more are allocated per
+            call when every kept set is still referenced).
+
+    Raises:
+        ConversionError: the contract cannot be exported in this dialect.
+        MappingError: a bad EP position, or a family that does not match the config.
+
+    Example (not run: it needs a Megatron model):
+        >>> exporter = LiveExporter(contract="nvfp4-experts-per-token", config=config)  # doctest: +SKIP
+        >>> for bucket in exporter.buckets(model.named_parameters(), max_bytes=1 << 30):  # doctest: +SKIP
+        ...     engine.update_weights(bucket)
+    """
+
+    def __init__(
+        self,
+        *,
+        contract: ContractLike,
+        config: Mapping[str, Any] | str | Path,
+        dialect: DialectLike = "modelopt",
+        family: str | None = None,
+        ep_rank: int = 0,
+        ep_size: int = 1,
+        include_input_scale: bool = False,
+        calibration: Mapping[str, float] | None = None,
+        output_sets: int = 2,
+    ) -> None:
+        self.plan = export_plan(
+            contract=contract,
+            config=config,
+            dialect=dialect,
+            family=family,
+            include_input_scale=include_input_scale,
+            calibration=calibration,
+        )
+        self.plan.experts_per_rank(ep_size)  # a bad EP size fails before any tensor is read
+        self.ep_rank, self.ep_size = ep_rank, ep_size
+        self.items = self.plan.expected(ep_rank, ep_size)
+        self.names = MasterNames(self.plan, ep_rank, ep_size)
+        self.groups = plan_groups(self.plan, self.items)
+        self._member: dict[str, tuple[int, int]] = {
+            item.info.name: (g, m) for g, group in enumerate(self.groups) for m, item in enumerate(group.items)
+        }
+        position = 0
+        self._position: dict[str, int] = {}  # HF item -> plan position of its first output
+        for item in self.items:
+            self._position[item.info.name] = position
+            position += len(item.outputs)
+        self.num_outputs = position
+        self._firsts = [[self._position[item.info.name] for item in group.items] for group in self.groups]
+        self._records: dict[tuple[str, tuple[int, ...]], tuple[bool, list[tuple[Piece, int]]]] = {}
+        self._sets: list[_OutputSet] = []
+        self.output_sets = output_sets
+        self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
+
+    # -- one sync ------------------------------------------------------------------------------
+
+    def _free_set(self) -> _OutputSet:
+        for out in self._sets:
+            if out.free():
+                return out
+        out = _OutputSet()
+        if len(self._sets) < self.output_sets:
+            self._sets.append(out)
+        return out
+
+    def _check(self, key: str, shape: tuple[int, ...], pieces: list[Piece]) -> None:
+        """Shapes against the config."""
+        for piece in pieces:
+            item = self.plan.item(piece.name)
+            expected = tuple(item.info.shape)
+            if piece.shape != expected:
+                raise MappingError(
+                    f"`{key}` gives `{piece.name}` the shape {piece.shape}, but the config says {expected}",
+                    hint="pass tensor-parallel-gathered parameters (whole tensors) of this model",
+                    tensor=key,
+                )
+
+    def _outputs(self, out: _OutputSet, item: PlannedTensor, tensor: torch.Tensor, piece: Piece) -> list[Pair]:
+        """A high-precision item's output: the master tensor itself when it is the whole HF tensor
+        in the dtype it is sent in (:func:`~fp4convert.megatron.groups.sent_dtype`), else a copy
+        (split rows, or a norm cast to the plan's dtype)."""
+        name, _, shape = item.outputs[0]
+        dtype = sent_dtype(item, tensor.dtype)
+        if piece.whole and tensor.dtype == dtype:
+            return [(name, tensor.detach())]
+        buffer = out.copy_of(name, tuple(shape), dtype, tensor.device)[1]
+        if piece.whole:
+            buffer.copy_(tensor.reshape(shape))
+        else:  # each run of rows straight into place (q/k/v: one per query group)
+            row = 0
+            for start, count in piece.runs:
+                buffer[row : row + count].copy_(tensor[start : start + count])
+                row += count
+        return [(name, buffer)]
+
+    def _events(
+        self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
+    ) -> Iterator[list[tuple[int, Pair]]]:
+        """``(plan position, output)`` lists, each as soon as its tensors are complete."""
+        params = named_params.items() if isinstance(named_params, Mapping) else named_params
+        out = self._free_set()
+        groups = self.groups
+        sizes = [len(group.items) for group in groups]
+        counts = [0] * len(groups)
+        arrived: dict[tuple[str, int | None], torch.Tensor] = {}
+        pieces_of: dict[str, Piece] = {}
+        records = self._records
+        for key, tensor in params:
+            shape = tuple(tensor.shape)
+            record = records.get((key, shape))
+            if record is None:
+                record = self._record(key, shape)
+            stacked, members = record
+            if stacked:
+                subs = unpack(key, tensor, experts_per_rank=self.names.per_rank, q_lora_rank=self.names.q_lora_rank)
+                for index, (_, view) in enumerate(subs or []):
+                    arrived[(key, index)] = view
+            else:
+                arrived[(key, None)] = tensor
+            ready: list[tuple[int, Pair]] = []
+            for piece, g in members:
+                name = piece.name
+                if name in pieces_of:
+                    raise MappingError(
+                        f"`{name}` is produced twice (again from `{key}`)",
+                        hint="pass each tensor once, in one expert layout and one spelling",
+                        tensor=name,
+                    )
+                pieces_of[name] = piece
+                if g < 0:
+                    with torch.no_grad():
+                        outputs = self._outputs(out, self.plan.items[name], arrived[(key, piece.sub)], piece)
+                    position = self._position[name]
+                    ready += [(position, pair) for pair in outputs]
+                    continue
+                counts[g] += 1
+                if counts[g] == sizes[g]:
+                    with torch.no_grad():
+                        ready += self._run(out, g, arrived, pieces_of)
+            if ready:
+                yield ready
+        yield from self._finish(out, counts, arrived, pieces_of)
+
+    def _record(self, key: str, shape: tuple[int, ...]) -> tuple[bool, list[tuple[Piece, int]]]:
+        """What a master tensor gives, resolved and checked once per (name, shape): whether it is
+        unpacked (stacked experts, fused MLA down projection), and each piece with its group (-1:
+        a high-precision tensor)."""
+        pieces = self.names.pieces(key, shape)
+        self._check(key, shape, pieces)
+        members = [(p, self._member[p.name][0] if p.name in self._member else -1) for p in pieces]
+        record = (any(p.sub is not None for p in pieces), members)
+        self._records[(key, shape)] = record
+        return record
+
+    def _run(
+        self,
+        out: _OutputSet,
+        g: int,
+        arrived: Mapping[tuple[str, int | None], torch.Tensor],
+        pieces_of: Mapping[str, Piece],
+    ) -> list[tuple[int, Pair]]:
+        group = self.groups[g]
+        pieces = [pieces_of[item.info.name] for item in group.items]
+        known = self._layout_of[g]
+        if known is None or not all(
+            a is b for a, b in zip(known, pieces, strict=True)
+        ):  # first sync, or a new spelling
+            group.build_layout(pieces)
+            self._layout_of[g] = pieces
+        first = group.segments[0]
+        buffers, ready = out.group(self.plan, g, group, arrived[(first[0], first[1])].device, self._firsts[g])
+        run_group(self.plan, group, arrived, pieces, buffers)
+        return [(position, (name, tensor)) for position, name, tensor in ready]  # fresh pairs
+
+    def _finish(
+        self,
+        out: _OutputSet,
+        counts: list[int],
+        arrived: Mapping[tuple[str, int | None], torch.Tensor],
+        pieces_of: Mapping[str, Piece],
+    ) -> Iterator[list[tuple[int, Pair]]]:
+        """Groups that never completed: their complete shared-scale units are exported one by one
+        (a partial update), an incomplete unit is an error."""
+        missing: list[str] = []
+        for g, group in enumerate(self.groups):
+            if counts[g] in (0, len(group.items)):
+                continue
+            by_unit: dict[int, list[int]] = {}
+            for index, unit in enumerate(group.units):
+                by_unit.setdefault(unit, []).append(index)
+            for members in by_unit.values():
+                names = [group.items[i].info.name for i in members]
+                got = [n for n in names if n in pieces_of]
+                if len(got) == len(names):
+                    part = Group(group.fmt, group.tile, group.cols, [group.items[i] for i in members],
+                                 [0] * len(members), [0] * len(members), 0)  # fmt: skip
+                    yield self._partial(out, part, arrived, pieces_of)
+                elif got:
+                    missing += [n for n in names if n not in pieces_of]
+        if missing:
+            raise MappingError(
+                f"fused groups left incomplete: {', '.join(f'`{m}`' for m in missing[:4])}"
+                + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+                + " never arrived",
+                hint="export every member of a shared-scale group in the same update",
+                tensor=missing[0],
+            )
+
+    def _partial(
+        self,
+        out: _OutputSet,
+        unit: Group,
+        arrived: Mapping[tuple[str, int | None], torch.Tensor],
+        pieces_of: Mapping[str, Piece],
+    ) -> list[tuple[int, Pair]]:
+        items = unit.items
+        pieces = [pieces_of[i.info.name] for i in items]
+        with torch.no_grad():
+            values = [piece_value(arrived[(p.key, p.sub)], p) for p in pieces]
+            encoded = dict(encode_group(self.plan, items, values))
+        ready: list[tuple[int, Pair]] = []
+        for item in items:
+            position = self._position[item.info.name]
+            ready += [(position + i, (name, encoded[name].detach())) for i, (name, _, _) in enumerate(item.outputs)]
+        return ready
+
+    # -- the three ways to call it -----------------------------------------------------------------
+
+    def stream(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> Iterator[Pair]:
+        """``(HF name, tensor)`` as each group completes: parameters are consumed lazily, and a
+        group's outputs are yielded as soon as its last master tensor arrived."""
+        for ready in self._events(named_params):
+            for _, pair in ready:
+                yield pair
+
+    def __call__(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> list[Pair]:
+        """The whole update, in plan order (the garbage collector paused meanwhile: :func:`gc_paused`)."""
+        slots: list[Pair | None] = [None] * self.num_outputs
+        with gc_paused():
+            for ready in self._events(named_params):
+                for position, pair in ready:
+                    slots[position] = pair
+            return [pair for pair in slots if pair is not None]
+
+    def buckets(
+        self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], *, max_bytes: int
+    ) -> Iterator[list[Pair]]:
+        """The whole update in plan order, as buckets of at most ``max_bytes`` (a larger tensor
+        is a bucket of its own), what RL frameworks send one at a time."""
+        return bucketed(self(named_params), max_bytes)
+
+
+def bucketed(pairs: list[Pair], max_bytes: int) -> Iterator[list[Pair]]:
+    """Split ``pairs`` in order into buckets of at most ``max_bytes``.
+
+    Example:
+        >>> pairs = [(str(i), torch.zeros(n, dtype=torch.uint8)) for i, n in enumerate([3, 3, 5, 1])]
+        >>> [[name for name, _ in bucket] for bucket in bucketed(pairs, 6)]
+        [['0', '1'], ['2', '3']]
+    """
+    bucket: list[Pair] = []
+    size = 0
+    for pair in pairs:
+        nbytes = pair[1].numel() * pair[1].element_size()
+        if bucket and size + nbytes > max_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append(pair)
+        size += nbytes
+    if bucket:
+        yield bucket

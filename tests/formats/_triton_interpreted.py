@@ -1,0 +1,120 @@
+"""Run by tests/formats/test_triton_interpreted.py in a subprocess with ``TRITON_INTERPRET=1``: the
+CUDA path's Triton kernels (segments, dense NVFP4/MXFP8, MXFP8 columns, tensor amax) and the live
+exporter's GPU path executed by Triton's interpreter on CPU tensors, byte for byte against the CPU
+reference. Prints one ``ok ...`` line per check; any difference raises."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import triton.runtime.interpreter as interpreter  # noqa: E402
+
+# Triton 3.6's interpreter turns a scalar argument into a 1-element array and reads it with
+# int(array), which NumPy 2 refuses for 1-d arrays ("only 0-dimensional arrays can be converted");
+# the same read through .reshape(-1)[0]. Test scaffolding only: the library never runs interpreted.
+_patch_tensor = interpreter._patch_lang_tensor
+
+
+def _patched(tensor, scope):  # type: ignore[no-untyped-def]
+    _patch_tensor(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+
+interpreter._patch_lang_tensor = _patched
+
+from _helpers import (  # noqa: E402
+    NVFP4_EXPERTS,
+    adversarial,
+    assert_bytes_equal,
+    check_mxfp8_segments,
+    check_nvfp4_segments,
+    segment_group,
+)
+
+from fp4convert.formats import _triton_segments as ts  # noqa: E402
+from fp4convert.formats import profiles, segments  # noqa: E402
+from fp4convert.formats.kernels import PROFILE_CODES  # noqa: E402
+from fp4convert.formats.mxfp8 import mxfp8_matrix_reference  # noqa: E402
+from fp4convert.formats.nvfp4 import nvfp4_matrix_reference  # noqa: E402
+
+KERNEL_PROFILES = ("te", "te-2.13", "modelopt")
+
+
+def segment_kernels() -> None:
+    segments._on_triton = lambda device: True  # CPU tensors through the CUDA path, interpreted
+    for dtype in (torch.bfloat16, torch.float32):
+        for profile in KERNEL_PROFILES:
+            for tile in ("1x16", "16x16"):
+                check_nvfp4_segments(*segment_group(dtype), profile, tile)
+        check_mxfp8_segments(segment_group(dtype)[0])
+        print("ok segments", dtype, flush=True)
+
+
+def dense_kernels() -> None:
+    for shape, dtype in (((40, 288), torch.bfloat16), ((32, 512), torch.float16), ((48, 96), torch.float32)):
+        x = adversarial(shape, dtype, seed=3)
+        finite = torch.where(x.float().isnan(), 0.0, x.float().abs())
+        assert_bytes_equal(ts.tensor_amax(x), finite.amax())
+        for profile in KERNEL_PROFILES:
+            spec = profiles.profile_spec(profile)
+            code, gmax = PROFILE_CODES[spec.chain], spec.global_max
+            for tile16 in (False, True) if shape[0] % 16 == 0 else (False,):
+                got = ts.nvfp4_dense(x, finite.amax().reshape(1), shape[0], code, gmax, tile16)
+                want = nvfp4_matrix_reference(
+                    x, finite.amax().expand(shape[0]), profile, tile="16x16" if tile16 else "1x16"
+                )
+                assert_bytes_equal(got[0], want[0])
+                assert_bytes_equal(got[1], want[1])
+            rows = finite.amax(1).contiguous()  # row scope: one outer amax per row
+            got = ts.nvfp4_dense(x, rows, 1, code, gmax, False)
+            want = nvfp4_matrix_reference(x, rows, profile, tile="1x16")
+            assert_bytes_equal(got[0], want[0])
+            assert_bytes_equal(got[1], want[1])
+        if shape[1] % 32 == 0:
+            got = ts.mxfp8_dense(x)
+            want = mxfp8_matrix_reference(x)
+            assert_bytes_equal(got[0], want[0])
+            assert_bytes_equal(got[1], want[1])
+        if shape[0] % 32 == 0:
+            got = ts.mxfp8_col_dense(x)
+            want = mxfp8_matrix_reference(x.t().contiguous())
+            assert_bytes_equal(got[0], want[0].t().contiguous())
+            assert_bytes_equal(got[1], want[1].t().contiguous())
+        print("ok dense", shape, dtype, flush=True)
+
+
+def live_exporter() -> None:
+    from conftest import build_tiny_checkpoint
+    from safetensors.torch import load_file
+
+    from fp4convert.families import hf_to_megatron, load_config
+    from fp4convert.megatron.sync import LiveExporter
+
+    directory = build_tiny_checkpoint("qwen3_moe", Path(tempfile.mkdtemp()))
+    hf: dict[str, torch.Tensor] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        hf.update(load_file(str(path)))
+    config = load_config(directory)
+    for layout in ("grouped", "legacy_grouped"):  # in place, and the per-unit path of transposed experts
+        megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+        want = dict(LiveExporter(contract=NVFP4_EXPERTS, config=config)(megatron))  # the CPU kernels
+        segments._on_triton = lambda device: True  # CPU tensors through the CUDA path, interpreted
+        exporter = LiveExporter(contract=NVFP4_EXPERTS, config=config)
+        for _ in range(2):
+            got = dict(exporter(megatron))
+            assert sorted(got) == sorted(want)
+            for name, tensor in want.items():
+                assert_bytes_equal(got[name], tensor)
+        segments._on_triton = lambda device: False
+        print("ok exporter", layout, flush=True)
+
+
+if __name__ == "__main__":
+    {"segments": segment_kernels, "dense": dense_kernels, "exporter": live_exporter}[sys.argv[1]]()

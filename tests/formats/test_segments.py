@@ -1,0 +1,50 @@
+"""Grouped quantization (fp4convert.formats.segments): every segment's bytes are the per-tensor
+quantizer's, on the CPU kernel, the gathering path and (tests/formats/test_cuda.py) the GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _helpers import check_mxfp8_segments as check_mxfp8
+from _helpers import check_nvfp4_segments as check_nvfp4
+from _helpers import segment_group as group
+
+from fp4convert.errors import FormatError
+from fp4convert.formats.segments import SegmentLayout, Sources, nvfp4_segments, segment_amax
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mse", "te-4over6-mae-256", "mxfp4-cast"])
+@pytest.mark.parametrize("tile", ["1x16", "16x16"])
+def test_nvfp4_segments_equal_the_per_tensor_quantizer(dtype, profile, tile):
+    check_nvfp4(*group(dtype), profile, tile)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_mxfp8_segments_equal_the_per_tensor_quantizer(dtype):
+    check_mxfp8(group(dtype)[0])
+
+
+def test_segment_amax_ignores_nan_and_keeps_inf():
+    a = torch.tensor([[1.0, float("nan")] * 8], dtype=torch.bfloat16)
+    b = torch.tensor([[float("-inf"), 2.0] * 8], dtype=torch.bfloat16)
+    sources = Sources(SegmentLayout.of([1, 1], cols=16)).bind([a, b])
+    assert segment_amax(sources).tolist() == [1.0, float("inf")]
+
+
+def test_tensors_that_do_not_fit_the_group_are_refused():
+    layout = SegmentLayout.of([4, 4], cols=16)
+    with pytest.raises(FormatError, match=r"2 tensors for a group of 2 segments|does not fit"):
+        Sources(layout).bind([torch.zeros(4, 16), torch.zeros(4, 32)])
+    with pytest.raises(FormatError, match=r"does not fit its group"):
+        Sources(layout).bind([torch.zeros(4, 16), torch.zeros(16, 4).t()])
+    with pytest.raises(FormatError, match=r"share dtype and device"):
+        Sources(layout).bind([torch.zeros(4, 16), torch.zeros(4, 16, dtype=torch.bfloat16)])
+    sources = Sources(SegmentLayout.of([4, 4], cols=16)).bind([torch.zeros(4, 16), torch.zeros(4, 16)])
+    with pytest.raises(FormatError, match=r"output buffers"):
+        nvfp4_segments(sources, torch.ones(2), "te", tile="1x16", data=torch.empty(8, 4, dtype=torch.uint8),
+                       scale=torch.empty(8, 1, dtype=torch.uint8))  # fmt: skip
+    with pytest.raises(FormatError, match=r"cannot take 16x16"):
+        odd = Sources(SegmentLayout.of([8, 8], cols=16)).bind([torch.zeros(8, 16), torch.zeros(8, 16)])
+        nvfp4_segments(odd, torch.ones(2), "te", tile="16x16", data=torch.empty(16, 8, dtype=torch.uint8),
+                       scale=torch.empty(16, 1, dtype=torch.uint8))  # fmt: skip

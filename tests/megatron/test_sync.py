@@ -1,0 +1,323 @@
+"""LiveExporter: the reusable exporter's outputs (plan order, buckets), its buffers (reused only when
+nothing holds them, never overwritten under a caller), every expert spelling, the dtype norms are
+sent in, and validate_export on stacked-expert masters."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
+
+from fp4convert import export_hf, validate_export
+from fp4convert.families import MegatronSpelling, hf_to_megatron
+from fp4convert.megatron.sync import LiveExporter, bucketed
+from fp4convert.megatron.validate import ExportValidator
+
+STACKED = ["single_grouped", "legacy_grouped"]
+DEEPSEEK_NVFP4 = Path(__file__).parent / "data" / "deepseek-nvfp4-mla-bf16.yaml"
+
+
+def _exporter(config, **kwargs) -> LiveExporter:
+    return LiveExporter(contract=NVFP4_EXPERTS, config=config, **kwargs)
+
+
+def _as_bytes(pairs) -> dict[str, bytes]:
+    return {n: bytes(t.contiguous().reshape(-1).view(torch.uint8).tolist()) for n, t in pairs}
+
+
+def test_whole_update_in_plan_order_equals_export_hf(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    update = exporter(megatron)
+    names = [n for n, _ in update]
+    plan_order = [out[0] for item in exporter.items for out in item.outputs]
+    assert names == plan_order
+    streamed = dict(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config))
+    assert sorted(streamed) == sorted(names)
+    for name, tensor in update:
+        assert tensor.dtype == streamed[name].dtype, name
+        assert_bytes_equal(tensor, streamed[name])
+
+
+def test_buckets_hold_at_most_max_bytes_in_plan_order(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    whole = [n for n, _ in exporter(megatron)]
+    limit = 1 << 14
+    buckets = list(exporter.buckets(megatron, max_bytes=limit))
+    assert [n for bucket in buckets for n, _ in bucket] == whole
+    for bucket in buckets:
+        sizes = [t.numel() * t.element_size() for _, t in bucket]
+        assert sum(sizes) <= limit or len(bucket) == 1
+    pairs = [(str(i), torch.zeros(n, dtype=torch.uint8)) for i, n in enumerate([3, 3, 5, 1, 9])]
+    assert [[n for n, _ in b] for b in bucketed(pairs, 6)] == [["0", "1"], ["2", "3"], ["4"]]
+
+
+def test_buffers_are_reused_only_when_nothing_holds_them(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    name = "model.layers.0.mlp.experts.2.up_proj.weight"
+    first = dict(exporter(megatron))
+    before = _as_bytes(first.items())
+    address = first[name].data_ptr()
+    # while the first update is held, the next sync writes elsewhere, and the first keeps its bytes
+    changed = {k: (t * 2 if t.is_floating_point() else t) for k, t in megatron.items()}
+    second = dict(exporter(changed))
+    other = second[name].data_ptr()
+    assert other != address
+    assert _as_bytes(first.items()) == before
+    assert _as_bytes(second.items()) != before
+    # dropped: the next sync reuses a set (no allocation growth); a view derived from an output
+    # also pins its buffer
+    del first, second
+    gc.collect()
+    third = dict(exporter(megatron))
+    assert third[name].data_ptr() in {address, other}
+    kept = third[name].view(torch.uint8)[:1]
+    del third
+    gc.collect()
+    fourth = dict(exporter(megatron))
+    assert kept.data_ptr() != fourth[name].data_ptr()
+    assert len(exporter._sets) <= exporter.output_sets
+
+
+def test_steady_state_reuses_the_same_buffers(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    name = "model.layers.0.mlp.experts.0.gate_proj.weight_scale"
+    addresses = set()
+    for _ in range(3):
+        update = dict(exporter(megatron))
+        addresses.add(update[name].data_ptr())
+        del update
+        gc.collect()
+    assert len(addresses) == 1
+
+
+def _own_bytes(update, master) -> int:
+    """Bytes of the outputs that are not the master's own tensors (what the exporter allocated)."""
+    held = {t.untyped_storage().data_ptr() for t in master.values()}
+    return sum(t.numel() * t.element_size() for _, t in update if t.untyped_storage().data_ptr() not in held)
+
+
+def _profiled_sync(exporter, master) -> tuple[list[tuple[str, int]], int, int]:
+    """One sync whose update is dropped at once, under the profiler's memory tracking: the
+    allocating ops in order with their bytes, the net bytes the sync left allocated, and the peak
+    of the bytes it had allocated at any point (events in time order)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        update = exporter(master)
+        del update
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    ops = [(e.name, e.self_cpu_memory_usage) for e in events if e.name != "[memory]" and e.self_cpu_memory_usage]
+    deltas = [e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage for e in events]
+    running = peak = 0
+    for delta in deltas:
+        running += delta
+        peak = max(peak, running)
+    return ops, running, peak
+
+
+@pytest.mark.parametrize(("layout", "dialect"), [("grouped", "modelopt"), ("single_grouped", "compressed-tensors")])
+def test_no_allocation_grows_across_syncs(layout, dialect, model):
+    """Sync 1 keeps one set of output buffers (about the quantized output's size); every later sync
+    allocates exactly what sync 2 allocates (the same ops, the same bytes), frees all of it, and
+    never holds more than a fraction of one output at once."""
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+    exporter = _exporter(config, dialect=dialect)
+    own = _own_bytes(exporter(megatron), megatron)
+    gc.collect()
+    fresh = _exporter(config, dialect=dialect)
+    _, kept, _ = _profiled_sync(fresh, megatron)
+    assert own <= kept <= 1.15 * own, (kept, own)  # the output set, its views and the segment tables
+    steady = [_profiled_sync(fresh, megatron) for _ in range(5)]
+    ops, net, peak = steady[0]
+    assert ops and net == 0
+    assert peak < own / 2, (peak, own)  # a second output set would be >= own
+    for later in steady[1:]:
+        assert later == steady[0]
+    assert len(fresh._sets) == 1
+
+
+def test_a_sync_runs_with_the_garbage_collector_paused(model):
+    """No collection starts inside a whole-update sync or a validation, though each allocates far
+    more objects than the threshold; the collector's state is restored afterwards (on, or off if it
+    was off). A streamed export runs with the collector as the caller has it."""
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config)
+    update = dict(exporter(megatron))
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    validator(update, megatron)
+    started: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)
+    gc.callbacks.append(count)
+    try:
+        gc.collect()
+        before = len(started)
+        pairs = exporter(megatron)
+        after_export = len(started)
+        gc.collect()
+        before_validate = len(started)
+        report = validator(update, megatron)
+        after_validate = len(started)
+        gc.collect()
+        before_stream = len(started)
+        streamed = list(exporter.stream(megatron))
+        after_stream = len(started)
+        gc.disable()
+        exporter(megatron)
+        still_off = not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.remove(count)
+        gc.set_threshold(*threshold)
+    # at most the one collection the allocations made meanwhile start once the collector is back on
+    assert after_export - before <= 1 and after_validate - before_validate <= 1, (before, after_export)
+    assert after_stream - before_stream > 2, (before_stream, after_stream)  # the same work, collector on
+    assert report.ok and still_off and len(pairs) == len(streamed)
+
+
+@pytest.mark.parametrize("layout", STACKED)
+def test_stacked_expert_masters_export_and_validate(layout, model):
+    hf, config = model("qwen3_moe")
+    grouped = hf_to_megatron(hf, "qwen3_moe", config)
+    stacked = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+    kwargs = {"contract": NVFP4_EXPERTS, "family": None, "config": config}
+    expected = dict(export_hf(grouped, **kwargs))
+    got = dict(export_hf(stacked, **kwargs))
+    assert sorted(got) == sorted(expected)
+    for name, tensor in expected.items():
+        assert_bytes_equal(got[name], tensor)
+    assert validate_export(got, stacked, **kwargs).ok
+    # a failure against a stacked master is diagnosed too (the diagnosis reads the unpacked experts)
+    broken = dict(got)
+    name = "model.layers.0.mlp.experts.3.down_proj.weight"
+    broken[name] = broken[name].clone()
+    broken[name][0, 0] ^= 0x11
+    report = validate_export(broken, stacked, **kwargs)
+    assert not report.ok and any(f.tensor == name and f.check == "bytes" for f in report.findings)
+
+
+def test_norms_the_learner_holds_in_float32_are_sent_in_the_checkpoint_dtype(model, converted, read_tensors):
+    """Megatron's local spec keeps RMSNorm weights in float32 inside a BF16 model; the converted
+    checkpoint (and the sampler) hold them in BF16: export sends BF16, the bytes convert writes."""
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, spelling=MegatronSpelling.parse("local"))
+    norms = [n for n in megatron if n.endswith("layernorm.weight") or n.endswith("final_layernorm.weight")]
+    assert norms
+    learner = {n: (t.float() if n in norms else t) for n, t in megatron.items()}
+    kwargs = {"contract": NVFP4_EXPERTS, "family": None, "config": config}
+    exported = dict(export_hf(learner, **kwargs))
+    on_disk = read_tensors(converted("qwen3_moe", "modelopt", NVFP4_EXPERTS))
+    for name in (
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.1.post_attention_layernorm.weight",
+        "model.norm.weight",
+    ):
+        assert exported[name].dtype == torch.bfloat16 == on_disk[name].dtype
+        assert_bytes_equal(exported[name], on_disk[name])
+    assert validate_export(exported, learner, **kwargs).ok
+    # an exporter that sends the float32 norm is told the dtype the update must have
+    faulty = dict(exported)
+    faulty["model.norm.weight"] = learner[next(n for n in norms if "final" in n)]
+    report = validate_export(faulty, learner, **kwargs)
+    assert [(f.tensor, f.check) for f in report.findings] == [("model.norm.weight", "dtype")]
+
+
+def test_a_partial_update_exports_its_complete_units(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    some = {n: t for n, t in megatron.items() if n.endswith("linear_fc1.weight1") or "embedding" in n}
+    got = dict(export_hf(some, contract=NVFP4_EXPERTS, family=None, config=config))
+    full = dict(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config))
+    assert "model.layers.0.mlp.experts.1.gate_proj.weight" in got and "model.embed_tokens.weight" in got
+    for name, tensor in got.items():
+        assert_bytes_equal(tensor, full[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("layout", ["grouped", "sequential", *STACKED])
+@pytest.mark.parametrize("dialect", ["modelopt", "compressed-tensors"])
+def test_cuda_live_exporter_equals_the_cpu_export(layout, dialect, model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+    cpu = dict(LiveExporter(contract=NVFP4_EXPERTS, config=config, dialect=dialect)(megatron))
+    exporter = LiveExporter(contract=NVFP4_EXPERTS, config=config, dialect=dialect)
+    on_gpu = {n: t.cuda() for n, t in megatron.items()}
+    for _ in range(2):  # the second sync reuses what the first built
+        gpu = dict(exporter(on_gpu))
+        assert sorted(gpu) == sorted(cpu)
+        for name, tensor in cpu.items():
+            assert gpu[name].is_cuda and gpu[name].dtype == tensor.dtype, name
+            assert_bytes_equal(gpu[name], tensor)
+        assert validate_export(gpu, on_gpu, contract=NVFP4_EXPERTS, family=None, config=config, dialect=dialect).ok
+        del gpu
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(("key", "contract", "dialect"), [
+    ("qwen3_moe", NVFP4_EXPERTS, "modelopt"), ("qwen3_moe", MXFP8_ALL, "sglang-mxfp8"),
+    ("deepseek_v3", DEEPSEEK_NVFP4, "compressed-tensors"),
+])  # fmt: skip
+def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, model):
+    """torch.cuda.memory_allocated after every steady sync (update dropped) is what it was after
+    the first; a steady sync allocates under half an output set at its peak and never synchronises
+    with the host; the first sync keeps about one output set; bytes equal the CPU export every time."""
+    hf, config = model(key)
+    megatron = hf_to_megatron(hf, key, config)
+    cpu = dict(LiveExporter(contract=contract, config=config, dialect=dialect)(megatron))
+    on_gpu = {n: t.cuda() for n, t in megatron.items()}
+    exporter = LiveExporter(contract=contract, config=config, dialect=dialect)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    update = exporter(on_gpu)
+    own = _own_bytes(update, on_gpu)
+    for name, tensor in update:
+        assert_bytes_equal(tensor, cpu[name])
+    del update
+    gc.collect()
+    torch.cuda.synchronize()
+    after_first = torch.cuda.memory_allocated()
+    # the output set, plus what the caching allocator rounds each small buffer up to (512 B blocks:
+    # a group's three output matrices, its segment and address tables) and the split copies
+    slack = 8192 * len(exporter.groups) + 512 * len(cpu) + (1 << 16)
+    assert own <= after_first - before <= own + slack, (after_first - before, own, slack)
+    for _ in range(3):
+        torch.cuda.reset_peak_memory_stats()
+        # no host synchronisation anywhere in a steady sync (amaxes and global scales stay on the device)
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                update = dict(exporter(on_gpu))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert not [w for w in caught if "synchroniz" in str(w.message)], [str(w.message) for w in caught][:3]
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - after_first
+        for name, tensor in cpu.items():
+            assert_bytes_equal(update[name], tensor)
+        del update
+        gc.collect()
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() == after_first
+        assert peak < max(own / 2, 1 << 16), (peak, own)
