@@ -4,8 +4,9 @@ Three kinds of source are read: plain (no ``quantization_config``: BF16, FP16 or
 FP8 block-scaled (``quant_method: fp8``, ``fmt: e4m3``, ``weight_block_size: [bm, bn]``, optional
 ``scale_fmt: ue8m0``) and MXFP4 (``quant_method: mxfp4``, gpt-oss's ``*_blocks`` / ``*_scales``).
 Anything else is refused here, naming the field, before a tensor is read: an fp4convert output
-(ModelOpt, compressed-tensors, SGLang MXFP8) must be dequantized first, and other methods
-(bitsandbytes, GPTQ, per-tensor FP8 ...) are not sources fp4convert reads.
+(ModelOpt, compressed-tensors, SGLang MXFP8) must be dequantized first; a compressed-tensors FP8
+release (``format: float-quantized``, zai-org/GLM-4.5-FP8) and other methods (bitsandbytes, GPTQ,
+per-tensor FP8 ...) are not sources fp4convert reads: the error says to convert from the BF16 release.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from typing import Any, Literal
 
 from fp4convert.errors import CheckpointError
 
-__all__ = ["OUTPUT_METHODS", "SourceQuantization", "source_quantization"]
+__all__ = ["E4M3_SPELLINGS", "OUTPUT_METHODS", "SourceQuantization", "source_quantization"]
 
 Method = Literal["none", "fp8", "mxfp4"]
+
+#: how FP8 E4M3 releases spell ``fmt`` (DeepSeek, Kimi, Qwen3-FP8: ``e4m3``; MiniMax-M2: torch's name)
+E4M3_SPELLINGS = ("e4m3", "float8_e4m3fn")
 
 #: quant_method values of fp4convert's own output dialects (and engines' spellings of them)
 OUTPUT_METHODS = ("modelopt", "compressed-tensors", "mxfp8", "modelopt_fp4", "modelopt_mxfp8")
@@ -69,6 +73,20 @@ def _block_size(value: Any) -> tuple[int, int]:
     return int(value[0]), int(value[1])
 
 
+def _is_float8(q: Mapping[str, Any]) -> bool:
+    """A compressed-tensors config whose weights are 8-bit floats (llm-compressor's FP8 schemes)."""
+    if q.get("format") == "float-quantized":
+        return True
+    groups = q.get("config_groups")
+    if not isinstance(groups, Mapping):
+        return False
+    for group in groups.values():
+        weights = group.get("weights") if isinstance(group, Mapping) else None
+        if isinstance(weights, Mapping) and weights.get("type") == "float" and weights.get("num_bits") == 8:
+            return True
+    return False
+
+
 def source_quantization(config: Mapping[str, Any]) -> SourceQuantization:
     """The weight encoding ``config`` declares.
 
@@ -94,8 +112,10 @@ def source_quantization(config: Mapping[str, Any]) -> SourceQuantization:
     not_converted = tuple(str(m) for m in ignored) if isinstance(ignored, list | tuple) else ()
     if method == "fp8":
         fmt = q.get("fmt", "e4m3")
-        if fmt != "e4m3":
-            raise _field_error("fmt", fmt, "'e4m3'", "only FP8 E4M3 weights are read (E5M2 weights are not)")
+        if fmt not in E4M3_SPELLINGS:
+            raise _field_error(
+                "fmt", fmt, "'e4m3' (or 'float8_e4m3fn')", "only FP8 E4M3 weights are read (E5M2 weights are not)"
+            )
         scale_fmt = q.get("scale_fmt")
         if scale_fmt not in (None, "ue8m0"):
             raise _field_error(
@@ -112,6 +132,15 @@ def source_quantization(config: Mapping[str, Any]) -> SourceQuantization:
         return SourceQuantization("fp8", _block_size(q.get("weight_block_size")), scale_fmt == "ue8m0", not_converted)
     if method == "mxfp4":
         return SourceQuantization("mxfp4", not_converted=not_converted)
+    if method == "compressed-tensors" and _is_float8(q):
+        raise _field_error(
+            "quant_method",
+            method,
+            "fp8 (block-scaled E4M3 with weight_block_size) or mxfp4, or no quantization_config",
+            "this is a compressed-tensors FP8 release (format float-quantized: per-channel or per-tensor "
+            "weight_scale, as zai-org/GLM-4.5-FP8 ships), which fp4convert does not read as a source; convert "
+            "from the BF16 release of the same model (e.g. zai-org/GLM-4.5)",
+        )
     if method in OUTPUT_METHODS:
         raise _field_error(
             "quant_method",
@@ -123,5 +152,7 @@ def source_quantization(config: Mapping[str, Any]) -> SourceQuantization:
         "quant_method",
         method,
         "fp8 (block-scaled E4M3) or mxfp4, or no quantization_config (BF16/FP16/FP32)",
-        "fp4convert reads BF16/FP16/FP32, FP8 block-scaled and MXFP4 sources; dequantize other formats first",
+        "fp4convert reads BF16/FP16/FP32, FP8 block-scaled (quant_method fp8) and MXFP4 (quant_method mxfp4) "
+        "sources, experts per tensor or fused 3-D; for other formats (GPTQ, AWQ, bitsandbytes, per-tensor FP8) "
+        "convert from the model's BF16 release, or dequantize to BF16 with the tool that made the checkpoint",
     )

@@ -62,6 +62,9 @@ class _Builder:
         self.consumed: set[str] = set()
         self.units: dict[str, ReadUnit] = {}
         self.tensors: list[LogicalTensor] = []
+        # layer module prefix as stored -> as the family names it, where a fused layer's experts
+        # live in another container (transformers 5 holds Mixtral's block_sparse_moe as mlp)
+        self.renamed: dict[str, str] = {}
 
     # -- helpers --------------------------------------------------------------------------------
     def entry(self, name: str) -> TensorEntry:
@@ -190,6 +193,8 @@ class _Builder:
                 except MappingError:
                     continue
                 if info.role is Role.ROUTED_EXPERT:
+                    if old != new:
+                        self.renamed[prefix.removesuffix(".experts") + "."] = container.removesuffix(".experts") + "."
                     return names
         raise MappingError(
             f"fused expert tensor {gate_up!r}: the model family names none of the per-expert tensors tried "
@@ -299,6 +304,14 @@ class _Builder:
                 )
 
     # -- everything else ------------------------------------------------------------------------
+    def logical_name(self, name: str) -> str:
+        """``name`` as the family spells it: a sibling of renamed fused experts moves with them
+        (transformers 5 saves Mixtral's ``block_sparse_moe.gate`` as ``mlp.gate``)."""
+        for stored, family in self.renamed.items():
+            if name.startswith(stored):
+                return family + name[len(stored) :]
+        return name
+
     def rest(self) -> None:
         for name, (_, e) in self.where.items():
             if name in self.consumed or (self.q.method == "fp8" and name.endswith(_SCALE_INV)):
@@ -313,9 +326,10 @@ class _Builder:
                     )
                 scale = self.fp8_scale(name, e.shape)
                 parts = (self.part(name), self.part(scale))
-                self.add(name, "fp8-block", parts, [(name, e.shape, "bfloat16")], self.fp8_name())
+                self.add(name, "fp8-block", parts, [(self.logical_name(name), e.shape, "bfloat16")], self.fp8_name())
                 continue
-            self.add(name, "dense", (self.part(name),), [(name, e.shape, _torch_name(e.dtype))], "dense")
+            output = (self.logical_name(name), e.shape, _torch_name(e.dtype))
+            self.add(name, "dense", (self.part(name),), [output], "dense")
 
     def view(self) -> SourceView:
         ordered = sorted(self.tensors, key=lambda t: t.position)
