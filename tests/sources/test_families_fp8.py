@@ -1,0 +1,192 @@
+"""FP8 block-scaled releases of the families that ship them: Kimi-K2, MiniMax-M2, Qwen3 ``-FP8`` (MoE and
+dense), each with its release's own ``quantization_config``; and GLM-4.5-FP8, a compressed-tensors release,
+refused with the way out. (DeepSeek-V3: tests/sources/test_deepseek.py.)
+
+Each source is a tiny family checkpoint (transformers' own classes) whose Linear weights are made
+FP8 E4M3 with 128x128 ``weight_scale_inv`` blocks, as the releases store them (routers, embeddings,
+lm_head and norms stay BF16), by tests/_sources.py's independent quantizer; its master is the
+bit-level reference dequantization. Every command's output on the release equals its output on
+the master byte for byte, and ``verify --source`` re-derives it from the release.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from _sources import all_tensors, assert_same_tensors, fp8_checkpoint, fp8_dequantized
+from families.tiny import build_family_checkpoint
+
+from fp4convert.cli import main
+
+#: family key -> (tiny fixture, the release's quantization_config as its config.json spells it)
+RELEASES: dict[str, tuple[str, dict]] = {
+    # moonshotai/Kimi-K2-Instruct (model_type kimi_k2, DeepseekV3ForCausalLM)
+    "kimi_k2": (
+        "family",
+        {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+    ),
+    # MiniMaxAI/MiniMax-M2: torch's dtype name for fmt, and the modules it keeps high-precision
+    "minimax_m2": (
+        "family",
+        {
+            "activation_scheme": "dynamic",
+            "fmt": "float8_e4m3fn",
+            "quant_method": "fp8",
+            "weight_block_size": [128, 128],
+            "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"],
+        },
+    ),
+    # Qwen/Qwen3-30B-A3B-FP8 and Qwen/Qwen3-8B-FP8
+    "qwen3_moe": (
+        "tiny",
+        {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+    ),
+    "qwen3": (
+        "tiny",
+        {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+    ),
+}
+_HIGH = ("embed_tokens", "lm_head", "norm", "shared_head.head")
+
+
+def is_release_fp8(name: str, tensor: torch.Tensor) -> bool:
+    """The releases' FP8 tensors: 2-D Linear weights but embeddings, lm_head, norms and routers (``*.gate``)."""
+    return (
+        tensor.dim() == 2
+        and name.endswith(".weight")
+        and not name.endswith(".gate.weight")
+        and not any(k in name for k in _HIGH)
+    )
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out + captured.err
+
+
+@pytest.fixture(scope="module")
+def family_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """tests/families' tiny checkpoints (tests/families/tiny.py), built here for this module."""
+    built: dict[str, Path] = {}
+
+    def get(key: str) -> Path:
+        if key not in built:
+            built[key] = build_family_checkpoint(key, tmp_path_factory.mktemp(f"family-{key}"))
+        return built[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def release(family_checkpoint, tiny_checkpoint, tmp_path_factory) -> Callable[[str], tuple[Path, Path]]:
+    """``release(key) -> (fp8 release, its independently dequantized master)``."""
+    cache: dict[str, tuple[Path, Path]] = {}
+
+    def get(key: str) -> tuple[Path, Path]:
+        if key not in cache:
+            fixture, quantization = RELEASES[key]
+            bf16 = family_checkpoint(key) if fixture == "family" else tiny_checkpoint(key)
+            root = tmp_path_factory.mktemp(f"fp8-{key}")
+            fp8 = fp8_checkpoint(bf16, root / "fp8", which=is_release_fp8)
+            config = json.loads((fp8 / "config.json").read_text())
+            (fp8 / "config.json").write_text(json.dumps({**config, "quantization_config": quantization}, indent=2))
+            cache[key] = (fp8, fp8_dequantized(fp8, root / "master"))
+        return cache[key]
+
+    return get
+
+
+def _mxfp8(key: str) -> str:
+    return "deepseek-v3-mxfp8-mla-bf16" if key == "kimi_k2" else "mxfp8-end-to-end"
+
+
+@pytest.mark.parametrize("key", list(RELEASES))
+def test_the_release_converts_as_its_dequantized_master(release, tmp_path, capsys, key):
+    fp8, master = release(key)
+    stored = all_tensors(fp8)
+    scales = [n for n in stored if n.endswith("_scale_inv")]
+    assert len(scales) > 10 and all(stored[n].dtype == torch.float32 for n in scales)
+    assert not any(n.endswith(".gate.weight_scale_inv") or "lm_head" in n for n in scales)  # routers stay BF16
+    cases = [("nvfp4-experts-per-token", "modelopt"), (_mxfp8(key), "sglang-mxfp8")]
+    if key == "qwen3":  # dense: no experts for the expert contract to quantize
+        cases = [("mxfp8-end-to-end", "sglang-mxfp8"), ("mxfp8-end-to-end", "compressed-tensors")]
+    for contract, dialect in cases:
+        out = tmp_path / f"{contract}-{dialect}"
+        for name, path in (("release", fp8), ("master", master)):
+            argv = ["convert", str(path), str(out / name), "--contract", contract, "--dialect", dialect]
+            code, text = run(argv, capsys)
+            assert code == 0, text
+        assert assert_same_tensors(out / "release", out / "master") > 20
+        code, text = run(["verify", str(out / "release"), "--source", str(fp8), "--json"], capsys)
+        assert code == 0 and json.loads(text)["ok"], text
+    manifest = json.loads((tmp_path / f"{cases[0][0]}-{cases[0][1]}" / "release" / "fp4convert.json").read_text())
+    assert "fp8-block" in manifest["source"]["dequantizers"]
+    formats = {t["source_format"] for t in manifest["tensors"].values()}
+    assert formats == {"fp8-block", "dense"}
+
+
+@pytest.mark.parametrize("key", ["kimi_k2", "minimax_m2", "qwen3_moe"])
+def test_the_learner_import_equals_the_import_of_the_master(release, tmp_path, capsys, key):
+    fp8, master = release(key)
+    for name, path in (("release", fp8), ("master", master)):
+        code, text = run(["to-megatron", str(path), str(tmp_path / name), "--contract", "nvfp4-experts-per-token"], capsys)
+        assert code == 0, text
+    assert assert_same_tensors(tmp_path / "release", tmp_path / "master") > 10
+
+
+def test_plan_counts_the_fp8_tensors_of_each_release(release, capsys):
+    for key in RELEASES:
+        fp8, _ = release(key)
+        code, text = run(["plan", "mxfp8-end-to-end", "--model", str(fp8), "--json"], capsys)
+        assert code == 0, text
+        stored = all_tensors(fp8)
+        expected = sum(1 for n in stored if n.endswith("_scale_inv"))
+        assert json.loads(text)["by_source_format"]["fp8-block"]["tensors"] == expected, key
+
+
+def test_dequantize_of_a_release_is_its_master(release, tmp_path, capsys):
+    fp8, master = release("minimax_m2")
+    code, text = run(["dequantize", str(fp8), str(tmp_path / "out")], capsys)
+    assert code == 0, text
+    assert assert_same_tensors(tmp_path / "out", master) > 20
+
+
+#: zai-org/GLM-4.5-FP8 is an llm-compressor release: compressed-tensors, format float-quantized
+GLM_FP8_QUANTIZATION = {
+    "config_groups": {
+        "group_0": {
+            "input_activations": {"dynamic": True, "num_bits": 8, "strategy": "token", "symmetric": True, "type": "float"},
+            "targets": ["Linear"],
+            "weights": {"dynamic": False, "num_bits": 8, "strategy": "channel", "symmetric": True, "type": "float"},
+        }
+    },
+    "format": "float-quantized",
+    "ignore": ["lm_head"],
+    "quant_method": "compressed-tensors",
+    "quantization_status": "compressed",
+}
+
+
+def test_a_compressed_tensors_fp8_release_is_refused_with_the_way_out(family_checkpoint, tmp_path, capsys):
+    src = tmp_path / "GLM-4.5-FP8"
+    src.mkdir()
+    bf16 = family_checkpoint("glm4_moe")
+    config = json.loads((bf16 / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "quantization_config": GLM_FP8_QUANTIZATION}))
+    (src / "model.safetensors").write_bytes((bf16 / "model.safetensors").read_bytes())
+    for argv in (
+        ["convert", str(src), str(tmp_path / "out"), "--contract", "nvfp4-experts-per-token"],
+        ["to-megatron", str(src), str(tmp_path / "out")],
+    ):
+        code, text = run(argv, capsys)
+        assert code != 0 and "quantization_config.quant_method is 'compressed-tensors'" in text, text
+        assert "compressed-tensors FP8 release" in text and "convert from the BF16 release" in text
+        assert "dequantize it first" not in text
+    assert not (tmp_path / "out").exists()
