@@ -136,7 +136,9 @@ def test_the_release_converts_as_its_dequantized_master(release, tmp_path, capsy
 def test_the_learner_import_equals_the_import_of_the_master(release, tmp_path, capsys, key):
     fp8, master = release(key)
     for name, path in (("release", fp8), ("master", master)):
-        code, text = run(["to-megatron", str(path), str(tmp_path / name), "--contract", "nvfp4-experts-per-token"], capsys)
+        code, text = run(
+            ["to-megatron", str(path), str(tmp_path / name), "--contract", "nvfp4-experts-per-token"], capsys
+        )
         assert code == 0, text
     assert assert_same_tensors(tmp_path / "release", tmp_path / "master") > 10
 
@@ -162,7 +164,13 @@ def test_dequantize_of_a_release_is_its_master(release, tmp_path, capsys):
 GLM_FP8_QUANTIZATION = {
     "config_groups": {
         "group_0": {
-            "input_activations": {"dynamic": True, "num_bits": 8, "strategy": "token", "symmetric": True, "type": "float"},
+            "input_activations": {
+                "dynamic": True,
+                "num_bits": 8,
+                "strategy": "token",
+                "symmetric": True,
+                "type": "float",
+            },
             "targets": ["Linear"],
             "weights": {"dynamic": False, "num_bits": 8, "strategy": "channel", "symmetric": True, "type": "float"},
         }

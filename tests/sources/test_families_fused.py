@@ -49,7 +49,9 @@ def _transposed(fused: Path, destination: Path) -> Path:
     destination.mkdir(parents=True)
     (destination / "config.json").write_text((fused / "config.json").read_text())
     tensors = {
-        name: tensor.transpose(1, 2).contiguous() if name.endswith(("experts.gate_up_proj", "experts.down_proj")) else tensor
+        name: tensor.transpose(1, 2).contiguous()
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj"))
+        else tensor
         for name, tensor in all_tensors(fused).items()
     }
     save_file(tensors, str(destination / "model.safetensors"), metadata={"format": "pt"})

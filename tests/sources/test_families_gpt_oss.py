@@ -155,7 +155,9 @@ def test_transformers_reads_the_experts_as_the_master_has_them(gpt_oss):
     stored, master = all_tensors(gpt_oss["mxfp4"]), all_tensors(gpt_oss["mxfp4-master"])
     for layer in (0, 1):
         prefix = f"model.layers.{layer}.mlp.experts"
-        gate_up = convert_moe_packed_tensors(stored[f"{prefix}.gate_up_proj_blocks"], stored[f"{prefix}.gate_up_proj_scales"])
+        gate_up = convert_moe_packed_tensors(
+            stored[f"{prefix}.gate_up_proj_blocks"], stored[f"{prefix}.gate_up_proj_scales"]
+        )
         down = convert_moe_packed_tensors(stored[f"{prefix}.down_proj_blocks"], stored[f"{prefix}.down_proj_scales"])
         assert gate_up.shape == (4, 64, 64) and down.shape == (4, 32, 64)  # transformers' [E, H, 2I], [E, I, H]
         for e in range(4):
@@ -173,7 +175,9 @@ def test_transformers_reads_the_experts_as_the_master_has_them(gpt_oss):
 def test_convert_equals_converting_the_per_expert_master(gpt_oss, tmp_path, capsys, release, contract, dialect):
     src, master = gpt_oss[release], gpt_oss[f"{release}-master"]
     for name, path in (("release", src), ("master", master)):
-        code, out = run(["convert", str(path), str(tmp_path / name), "--contract", contract, "--dialect", dialect], capsys)
+        code, out = run(
+            ["convert", str(path), str(tmp_path / name), "--contract", contract, "--dialect", dialect], capsys
+        )
         assert code == 0, out
     assert assert_same_tensors(tmp_path / "release", tmp_path / "master") > 70
     code, out = run(["verify", str(tmp_path / "release"), "--source", str(src), "--json"], capsys)
@@ -201,7 +205,9 @@ def test_dequantize_writes_the_per_expert_master(gpt_oss, tmp_path, capsys, rele
 @pytest.mark.parametrize("release", ["mxfp4", "bf16"])
 def test_to_megatron_equals_importing_the_master(gpt_oss, tmp_path, capsys, release):
     for name, path in (("release", gpt_oss[release]), ("master", gpt_oss[f"{release}-master"])):
-        code, out = run(["to-megatron", str(path), str(tmp_path / name), "--contract", "nvfp4-experts-per-token"], capsys)
+        code, out = run(
+            ["to-megatron", str(path), str(tmp_path / name), "--contract", "nvfp4-experts-per-token"], capsys
+        )
         assert code == 0, out
     assert assert_same_tensors(tmp_path / "release", tmp_path / "master") == 53
     megatron = all_tensors(tmp_path / "release")
