@@ -244,3 +244,17 @@ def test_an_mxfp4_release_without_its_declaration_is_refused(gpt_oss, tmp_path, 
     code, out = run(["convert", str(src), str(tmp_path / "out"), "--contract", "nvfp4-experts-per-token"], capsys)
     assert code != 0 and "declares no mxfp4 quantization_config" in out and "_proj_blocks" in out
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("release", ["mxfp4", "bf16"])
+@pytest.mark.parametrize("contract", [NVFP4_EXPERTS, MXFP8_ALL])
+def test_cuda_converts_the_release_to_the_cpu_bytes(gpt_oss, tmp_path, release, contract):
+    from fp4convert.convert.execute import convert_checkpoint
+    from fp4convert.verify.checkpoint import verify_checkpoint
+
+    convert_checkpoint(gpt_oss[release], tmp_path / "cpu", contract=contract)
+    convert_checkpoint(gpt_oss[release], tmp_path / "cuda", contract=contract, device="cuda")
+    assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 70
+    assert verify_checkpoint(tmp_path / "cuda", source=gpt_oss[release], device="cuda").ok
