@@ -102,7 +102,8 @@ class FamilyRegistry:
         text_type = text.get("model_type") if isinstance(text, Mapping) else None
         wrapped = (
             f"a multimodal model whose text model (text_config.model_type {text_type!r}) is no fp4convert family "
-            "either, so its vision tower and `language_model` tensors are not mapped; "
+            "either, so its vision tower and `language_model` tensors are not mapped (docs/families.md says how to add "
+            "a family); "
             if text is not None
             else ""
         )
@@ -110,7 +111,7 @@ class FamilyRegistry:
             f"unsupported model: architectures {list(architectures)}, model_type {model_type!r}",
             hint=(
                 f"{wrapped}supported architectures: {', '.join(sorted(self._by_architecture))}; "
-                f"model types: {', '.join(sorted(self._by_model_type))} (docs/families.md says how to add one)"
+                f"model types: {', '.join(sorted(self._by_model_type))}"
             ),
             architectures=list(architectures),
             model_type=model_type,
