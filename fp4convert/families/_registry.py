@@ -102,8 +102,8 @@ class FamilyRegistry:
         text_type = text.get("model_type") if isinstance(text, Mapping) else None
         wrapped = (
             f"a multimodal model whose text model (text_config.model_type {text_type!r}) is no fp4convert family "
-            "either, so its vision tower and `language_model` tensors are not mapped (docs/families.md says how to add "
-            "a family); "
+            "either, so its vision tower and `language_model` tensors are not mapped (docs/families.md says how "
+            "to add a family); "
             if text is not None
             else ""
         )
