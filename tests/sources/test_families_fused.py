@@ -220,3 +220,20 @@ def test_fused_releases_of_unsupported_families_are_refused_by_name(tmp_path, ca
         assert "multimodal model" in out and "docs/families.md" in out
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
     assert sorted((p.name, p.stat().st_size) for p in src.iterdir()) == before
+
+
+def test_a_fused_save_with_a_second_copy_of_its_weights_is_refused(saves, tmp_path, capsys):
+    # Mixtral's fused save names its router mlp.gate (read as block_sparse_moe.gate); a stray per-expert
+    # copy or a block_sparse_moe.gate next to it would be the same logical tensor twice.
+    fused, per_expert = all_tensors(saves("mixtral")["fused"]), all_tensors(saves("mixtral")["per-expert"])
+    for extra in (
+        "model.layers.0.block_sparse_moe.gate.weight",
+        "model.layers.1.block_sparse_moe.experts.2.w3.weight",
+    ):
+        src = tmp_path / extra
+        src.mkdir()
+        (src / "config.json").write_text((saves("mixtral")["fused"] / "config.json").read_text())
+        save_file({**fused, extra: per_expert[extra]}, str(src / "model.safetensors"), metadata={"format": "pt"})
+        code, out = run(["convert", str(src), str(tmp_path / "out"), "--contract", "nvfp4-experts-per-token"], capsys)
+        assert code != 0 and f"tensor '{extra}' is stored twice in this checkpoint" in out, out
+        assert not (tmp_path / "out").exists()

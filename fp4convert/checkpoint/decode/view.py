@@ -333,6 +333,16 @@ class _Builder:
 
     def view(self) -> SourceView:
         ordered = sorted(self.tensors, key=lambda t: t.position)
+        first: dict[str, LogicalTensor] = {}
+        for tensor in ordered:
+            other = first.setdefault(tensor.name, tensor)
+            if other is not tensor:  # e.g. fused experts next to per-expert copies, or mlp.gate and its renamed twin
+                raise _error(
+                    f"tensor {tensor.name!r} is stored twice in this checkpoint: read from {other.unit!r} and from "
+                    f"{tensor.unit!r}",
+                    "the checkpoint mixes two layouts of the same weights; keep one save (re-download or re-save it)",
+                    tensor.name,
+                )
         return SourceView(self.config, self.q, self.units, {t.name: t for t in ordered}, self.files)
 
 
