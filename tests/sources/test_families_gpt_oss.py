@@ -44,6 +44,7 @@ CASES = [
     ("nvfp4-experts-per-token", "modelopt"),
     ("nvfp4-experts-per-token", "compressed-tensors"),
     ("nvfp4-experts-per-token-last15pct-bf16", "modelopt"),
+    ("nvfp4-experts-per-token-dequantized-backward", "modelopt"),
     ("mxfp8-end-to-end", "sglang-mxfp8"),
 ]
 
