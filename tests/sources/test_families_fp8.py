@@ -212,3 +212,13 @@ def test_cuda_converts_the_release_to_the_cpu_bytes(release, tmp_path, key):
     convert_checkpoint(fp8, tmp_path / "cuda", contract="nvfp4-experts-per-token", device="cuda")
     assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 50
     assert verify_checkpoint(tmp_path / "cuda", source=fp8, device="cuda").ok
+
+
+def test_an_fp4convert_mxfp8_output_is_still_sent_to_dequantize(release, tmp_path, capsys):
+    # fp4convert's compressed-tensors MXFP8 (format mxfp8-quantized, 8-bit float weights) is no FP8 release
+    fp8, _ = release("qwen3")
+    out = tmp_path / "ct"
+    argv = ["convert", str(fp8), str(out), "--contract", "mxfp8-end-to-end", "--dialect", "compressed-tensors"]
+    assert run(argv, capsys)[0] == 0
+    code, text = run(["convert", str(out), str(tmp_path / "again"), "--contract", "mxfp8-end-to-end"], capsys)
+    assert code != 0 and "already a converted checkpoint" in text and "fp4convert dequantize" in text, text

@@ -74,17 +74,13 @@ def _block_size(value: Any) -> tuple[int, int]:
 
 
 def _is_float8(q: Mapping[str, Any]) -> bool:
-    """A compressed-tensors config whose weights are 8-bit floats (llm-compressor's FP8 schemes)."""
-    if q.get("format") == "float-quantized":
-        return True
+    """A compressed-tensors config of llm-compressor's FP8 schemes (``format: float-quantized``, at the top
+    or in a config group); fp4convert's own outputs say ``mxfp8-quantized`` / ``nvfp4-pack-quantized``."""
     groups = q.get("config_groups")
-    if not isinstance(groups, Mapping):
-        return False
-    for group in groups.values():
-        weights = group.get("weights") if isinstance(group, Mapping) else None
-        if isinstance(weights, Mapping) and weights.get("type") == "float" and weights.get("num_bits") == 8:
-            return True
-    return False
+    formats = [q.get("format")]
+    if isinstance(groups, Mapping):
+        formats += [g.get("format") for g in groups.values() if isinstance(g, Mapping)]
+    return "float-quantized" in formats
 
 
 def source_quantization(config: Mapping[str, Any]) -> SourceQuantization:
