@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from fp4convert.checkpoint.decode.declared import is_source_release
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
@@ -117,7 +118,8 @@ def dequantize_checkpoint(
             or overlaps the source.
     """
     ckpt = open_checkpoint(source)
-    dialect = dialect_for_config(ckpt.config)
+    # a compressed-tensors FP8 release is a source format, not one of fp4convert's output dialects
+    dialect = None if is_source_release(ckpt.config) else dialect_for_config(ckpt.config)
     if dialect is None and ckpt.view().decodes:  # an FP8 / MXFP4 / fused-expert source (docs/sources.md)
         formats, copied = write_decoded(ckpt, Path(destination), dtype=dtype, overwrite=overwrite)
         return DequantizeReport(str(destination), 0, 0, copied, formats)

@@ -17,8 +17,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from _sources import all_tensors, assert_same_tensors, fp8_checkpoint, fp8_dequantized
+from _sources import (
+    all_tensors,
+    assert_same_tensors,
+    fp8_checkpoint,
+    fp8_dequantized,
+    quantize_fp8_block,
+    reference_fp8_dequant,
+)
 from families.tiny import build_family_checkpoint
+from safetensors.torch import save_file
 
 from fp4convert.cli import main
 
@@ -160,7 +168,9 @@ def test_dequantize_of_a_release_is_its_master(release, tmp_path, capsys):
     assert assert_same_tensors(tmp_path / "out", master) > 20
 
 
-#: zai-org/GLM-4.5-FP8 is an llm-compressor release: compressed-tensors, format float-quantized
+#: zai-org/GLM-4.5-FP8 / -Air-FP8 are llm-compressor releases: compressed-tensors, format float-quantized,
+#: E4M3 weights with one static scale per output row, dynamic per-token activations; lm_head and the
+#: routers (mlp.gate) left out
 GLM_FP8_QUANTIZATION = {
     "config_groups": {
         "group_0": {
@@ -176,42 +186,104 @@ GLM_FP8_QUANTIZATION = {
         }
     },
     "format": "float-quantized",
-    "ignore": ["lm_head"],
+    "ignore": ["lm_head", *[f"model.layers.{n}.mlp.gate" for n in range(1, 4)]],
     "quant_method": "compressed-tensors",
     "quantization_status": "compressed",
 }
 
 
-def test_a_compressed_tensors_fp8_release_is_refused_with_the_way_out(family_checkpoint, tmp_path, capsys):
-    src = tmp_path / "GLM-4.5-FP8"
-    src.mkdir()
+@pytest.fixture(scope="module")
+def glm_fp8(family_checkpoint, tmp_path_factory) -> tuple[Path, Path]:
+    """GLM-4.5-FP8 as stored: ``X.weight`` F8_E4M3 + ``X.weight_scale`` F32 ``[out, 1]``; and its master
+    (tests/_sources.py's reference cast with one block per row)."""
     bf16 = family_checkpoint("glm4_moe")
+    root = tmp_path_factory.mktemp("glm-fp8")
+    src, master = root / "GLM-4.5-FP8", root / "master"
+    src.mkdir()
+    master.mkdir()
     config = json.loads((bf16 / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps({**config, "quantization_config": GLM_FP8_QUANTIZATION}))
-    (src / "model.safetensors").write_bytes((bf16 / "model.safetensors").read_bytes())
-    for argv in (
-        ["convert", str(src), str(tmp_path / "out"), "--contract", "nvfp4-experts-per-token"],
-        ["to-megatron", str(src), str(tmp_path / "out")],
-    ):
-        code, text = run(argv, capsys)
-        assert code != 0 and "quantization_config.quant_method is 'compressed-tensors'" in text, text
-        assert "compressed-tensors FP8 release" in text and "convert from the BF16 release" in text
-        assert "dequantize it first" not in text
+    (src / "config.json").write_text(json.dumps({**config, "quantization_config": GLM_FP8_QUANTIZATION}, indent=2))
+    (master / "config.json").write_text(json.dumps(config, indent=2))
+    stored, decoded = {}, {}
+    for name, tensor in all_tensors(bf16).items():
+        if is_release_fp8(name, tensor):
+            codes, scale = quantize_fp8_block(tensor, (1, tensor.shape[1]))  # one float32 scale per row
+            stored[name], stored[name[: -len("weight")] + "weight_scale"] = codes, scale
+            decoded[name] = reference_fp8_dequant(codes, scale, (1, tensor.shape[1]))
+        else:
+            stored[name] = decoded[name] = tensor
+    save_file(stored, str(src / "model.safetensors"), metadata={"format": "pt"})
+    save_file(decoded, str(master / "model.safetensors"), metadata={"format": "pt"})
+    return src, master
+
+
+def test_glm_fp8_converts_as_its_dequantized_master(glm_fp8, tmp_path, capsys):
+    src, master = glm_fp8
+    stored = all_tensors(src)
+    scale = stored["model.layers.1.mlp.experts.2.up_proj.weight_scale"]
+    assert scale.dtype == torch.float32 and scale.shape == (32, 1)
+    assert stored["model.layers.1.self_attn.q_proj.weight"].dtype == torch.float8_e4m3fn
+    assert stored["model.layers.1.mlp.gate.weight"].dtype != torch.float8_e4m3fn  # the router, as saved
+    for contract, dialect in (("nvfp4-experts-per-token", "modelopt"), ("mxfp8-end-to-end", "sglang-mxfp8")):
+        out = tmp_path / contract
+        for name, path in (("release", src), ("master", master)):
+            argv = ["convert", str(path), str(out / name), "--contract", contract, "--dialect", dialect]
+            code, text = run(argv, capsys)
+            assert code == 0, text
+        assert assert_same_tensors(out / "release", out / "master") > 100
+        code, text = run(["verify", str(out / "release"), "--source", str(src), "--json"], capsys)
+        assert code == 0 and json.loads(text)["ok"], text
+    manifest = json.loads((tmp_path / "nvfp4-experts-per-token" / "release" / "fp4convert.json").read_text())
+    assert "compressed-tensors" in manifest["source"]["dequantizers"]["fp8-channel"]
+    assert manifest["tensors"]["model.layers.3.eh_proj.weight"]["source_format"] == "fp8-channel"  # MTP glue
+    for name, path in (("release", src), ("master", master)):
+        assert run(["to-megatron", str(path), str(tmp_path / "megatron" / name)], capsys)[0] == 0
+    assert assert_same_tensors(tmp_path / "megatron" / "release", tmp_path / "megatron" / "master") > 10
+    assert run(["dequantize", str(src), str(tmp_path / "bf16")], capsys)[0] == 0
+    assert assert_same_tensors(tmp_path / "bf16", master) > 100
+    code, text = run(["plan", "mxfp8-end-to-end", "--model", str(src), "--json"], capsys)
+    decoder = sum(1 for n in stored if n.endswith(".weight_scale") and not n.startswith("model.layers.3."))
+    assert json.loads(text)["by_source_format"]["fp8-channel"]["tensors"] == decoder  # the MTP layer apart
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda g: g["weights"].update(strategy="tensor"), "config_groups.group_0.weights"),
+        (lambda g: g["input_activations"].update(dynamic=False), "config_groups.group_0.input_activations.dynamic"),
+    ],
+)
+def test_compressed_tensors_fp8_that_is_not_read_is_refused_with_the_way_out(glm_fp8, tmp_path, capsys, change, field):
+    src = tmp_path / "src"
+    src.mkdir()
+    config = json.loads((glm_fp8[0] / "config.json").read_text())
+    change(config["quantization_config"]["config_groups"]["group_0"])
+    (src / "config.json").write_text(json.dumps(config))
+    (src / "model.safetensors").write_bytes((glm_fp8[0] / "model.safetensors").read_bytes())
+    code, text = run(["convert", str(src), str(tmp_path / "out"), "--contract", "nvfp4-experts-per-token"], capsys)
+    assert code != 0 and f"quantization_config.{field} is" in text, text
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("key", ["kimi_k2", "minimax_m2"])
-def test_cuda_converts_the_release_to_the_cpu_bytes(release, tmp_path, key):
-    from fp4convert.convert.execute import convert_checkpoint
-    from fp4convert.verify.checkpoint import verify_checkpoint
-
-    fp8, _ = release(key)
-    convert_checkpoint(fp8, tmp_path / "cpu", contract="nvfp4-experts-per-token")
-    convert_checkpoint(fp8, tmp_path / "cuda", contract="nvfp4-experts-per-token", device="cuda")
-    assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 50
-    assert verify_checkpoint(tmp_path / "cuda", source=fp8, device="cuda").ok
+@pytest.mark.parametrize("missing", ["scale", "wrong-shape"])
+def test_a_channel_scale_missing_or_misshapen_is_named(glm_fp8, tmp_path, capsys, missing):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.json").write_text((glm_fp8[0] / "config.json").read_text())
+    stored = all_tensors(glm_fp8[0])
+    name = "model.layers.2.self_attn.o_proj.weight_scale"
+    if missing == "scale":
+        del stored[name]
+    else:
+        stored[name] = stored[name].reshape(1, -1).contiguous()
+    save_file(stored, str(src / "model.safetensors"), metadata={"format": "pt"})
+    code, text = run(["convert", str(src), str(tmp_path / "out"), "--contract", "nvfp4-experts-per-token"], capsys)
+    assert (
+        code != 0
+        and "o_proj.weight" in text
+        and ("has no" in text if missing == "scale" else "per output row" in text)
+    )
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_fp4convert_mxfp8_output_is_still_sent_to_dequantize(release, tmp_path, capsys):

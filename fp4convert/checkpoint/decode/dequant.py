@@ -32,6 +32,7 @@ __all__ = [
     "check_fp8_scales",
     "check_mxfp4_scales",
     "dequantize_fp8_block",
+    "dequantize_fp8_channel",
     "dequantize_mxfp4",
 ]
 
@@ -43,6 +44,8 @@ _E4M3_VALUES = e4m3_decode(torch.arange(256, dtype=torch.uint8))  # code -> floa
 #: source format -> the dequantizer's definition, as the manifest records it
 DEQUANTIZERS = {
     "fp8-block": "bf16(rn32(float(fp8) * weight_scale_inv[i // bm, j // bn])): DeepSeek-V3 weight_dequant",
+    "fp8-channel": "bf16(rn32(float(fp8) * weight_scale[i])): compressed-tensors float-quantized, channel strategy "
+    "(llm-compressor FP8), as compressed-tensors' dequantize computes it",
     "mxfp4": "bf16(e2m1(code) * 2**(scale - 127)), even element in the low nibble: exact",
 }
 
@@ -157,6 +160,31 @@ def dequantize_fp8_block(weight: torch.Tensor, scale_inv: torch.Tensor, block: t
     if w.is_cpu:
         return _fp8_tables(w, s, block)
     return _fp8_elementwise(w, s, block)
+
+
+def dequantize_fp8_channel(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors' per-channel FP8 cast to BF16: ``bf16(rn32(float(w[i, j]) * s[i]))``.
+
+    compressed-tensors multiplies in the scale's dtype; an E4M3 value times a BF16 or FP32 scale is
+    exact in fp32 (at most 4 + 8 significant bits), so both round once, to BF16, as here.
+
+    Args:
+        weight: ``[rows, cols]`` float8_e4m3fn (or its uint8 bytes).
+        scale: ``[rows, 1]`` scales (float32 or bfloat16), one per output row.
+
+    Example:
+        >>> w = torch.tensor([[1.0, -2.0], [448.0, 0.5]]).to(torch.float8_e4m3fn)
+        >>> dequantize_fp8_channel(w, torch.tensor([[0.5], [3.0]])).tolist()
+        [[0.5, -1.0], [1344.0, 1.5]]
+    """
+    w = weight.view(torch.float8_e4m3fn) if weight.dtype == torch.uint8 else weight
+    s = scale.float().to(w.device).reshape(-1, 1)
+    rows = w.shape[0]
+    out = torch.empty(w.shape, dtype=torch.bfloat16, device=w.device)
+    step = max(1, (1 << 22) // max(1, w.shape[1]))  # rows per chunk: the fp32 temporary stays near 16 MiB
+    for r in range(0, rows, step):
+        out[r : r + step] = (w[r : r + step].float() * s[r : r + step]).to(torch.bfloat16)
+    return out
 
 
 def _mxfp4_elementwise(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
