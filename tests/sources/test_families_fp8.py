@@ -294,3 +294,8 @@ def test_an_fp4convert_mxfp8_output_is_still_sent_to_dequantize(release, tmp_pat
     assert run(argv, capsys)[0] == 0
     code, text = run(["convert", str(out), str(tmp_path / "again"), "--contract", "mxfp8-end-to-end"], capsys)
     assert code != 0 and "already a converted checkpoint" in text and "fp4convert dequantize" in text, text
+
+
+def test_contract_check_warns_that_row_scaled_fp8_to_mxfp8_is_lossy(glm_fp8, capsys):
+    code, text = run(["contract", "check", "mxfp8-end-to-end", "--model", str(glm_fp8[0])], capsys)
+    assert code == 0 and "lossy-fp8-requantize" in text and "source fp8-channel:" in text, text
