@@ -299,3 +299,22 @@ def test_an_fp4convert_mxfp8_output_is_still_sent_to_dequantize(release, tmp_pat
 def test_contract_check_warns_that_row_scaled_fp8_to_mxfp8_is_lossy(glm_fp8, capsys):
     code, text = run(["contract", "check", "mxfp8-end-to-end", "--model", str(glm_fp8[0])], capsys)
     assert code == 0 and "lossy-fp8-requantize" in text and "source fp8-channel:" in text, text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_reads_and_converts_the_channel_release_to_the_cpu_bytes(glm_fp8, tmp_path):
+    from fp4convert.checkpoint.decode.dequant import dequantize_fp8_channel
+    from fp4convert.convert.execute import convert_checkpoint
+    from fp4convert.verify.checkpoint import verify_checkpoint
+
+    src, _ = glm_fp8
+    stored = all_tensors(src)
+    name = "model.layers.1.mlp.experts.0.down_proj.weight"
+    cpu = dequantize_fp8_channel(stored[name], stored[name + "_scale"])
+    cuda = dequantize_fp8_channel(stored[name].cuda(), stored[name + "_scale"].cuda())
+    assert torch.equal(cuda.cpu().view(torch.int16), cpu.view(torch.int16))
+    convert_checkpoint(src, tmp_path / "cpu", contract="nvfp4-experts-per-token")
+    convert_checkpoint(src, tmp_path / "cuda", contract="nvfp4-experts-per-token", device="cuda")
+    assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 100
+    assert verify_checkpoint(tmp_path / "cuda", source=src, device="cuda").ok
