@@ -318,3 +318,17 @@ def test_cuda_reads_and_converts_the_channel_release_to_the_cpu_bytes(glm_fp8, t
     convert_checkpoint(src, tmp_path / "cuda", contract="nvfp4-experts-per-token", device="cuda")
     assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 100
     assert verify_checkpoint(tmp_path / "cuda", source=src, device="cuda").ok
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("key", ["kimi_k2", "minimax_m2"])
+def test_cuda_converts_the_release_to_the_cpu_bytes(release, tmp_path, key):
+    from fp4convert.convert.execute import convert_checkpoint
+    from fp4convert.verify.checkpoint import verify_checkpoint
+
+    fp8, _ = release(key)
+    convert_checkpoint(fp8, tmp_path / "cpu", contract="nvfp4-experts-per-token")
+    convert_checkpoint(fp8, tmp_path / "cuda", contract="nvfp4-experts-per-token", device="cuda")
+    assert assert_same_tensors(tmp_path / "cuda", tmp_path / "cpu") > 50
+    assert verify_checkpoint(tmp_path / "cuda", source=fp8, device="cuda").ok
