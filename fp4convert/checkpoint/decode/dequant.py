@@ -1,4 +1,4 @@
-"""The source dequantizers: FP8 block-scaled and MXFP4 weights to BF16, each defined once.
+"""The source dequantizers: FP8 block-scaled, FP8 per-channel and MXFP4 weights to BF16, each defined once.
 
 Every consumer of a quantized source reads its BF16 values from here (``convert``, ``to-megatron``,
 ``verify --source``, ``validate-export --master``, ``dequantize``), so the sampler converted from an
@@ -9,6 +9,9 @@ FP8 release and the learner imported from it start from the same bytes (docs/sou
   one IEEE fp32 multiply rounded to nearest even, then one round to nearest even to BF16. ``s`` is
   the stored ``weight_scale_inv`` (F32; BF16 and E8M0 scales widen to fp32 exactly). Edge blocks
   (dims not multiples of the block) use their grid cell like any other.
+* **FP8 per channel** (compressed-tensors ``float-quantized``, ``strategy: channel``; GLM-4.5-FP8):
+  ``W[i, j] = bf16(rn32(float(w[i, j]) * s[i]))`` with ``s`` the ``[out, 1]`` ``weight_scale``, as
+  compressed-tensors' ``dequantize`` computes it (its product in the scale's dtype is exact).
 * **MXFP4** (OCP MX; gpt-oss): ``W = bf16(e2m1(code) * 2**(e - 127))`` with the even element in the
   low nibble; exact (every such value is a BF16 value unless it overflows).
 
