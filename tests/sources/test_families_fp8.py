@@ -265,7 +265,7 @@ def test_compressed_tensors_fp8_that_is_not_read_is_refused_with_the_way_out(glm
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("missing", ["scale", "wrong-shape"])
+@pytest.mark.parametrize("missing", ["scale", "wrong-shape", "nan"])
 def test_a_channel_scale_missing_or_misshapen_is_named(glm_fp8, tmp_path, capsys, missing):
     src = tmp_path / "src"
     src.mkdir()
@@ -274,15 +274,14 @@ def test_a_channel_scale_missing_or_misshapen_is_named(glm_fp8, tmp_path, capsys
     name = "model.layers.2.self_attn.o_proj.weight_scale"
     if missing == "scale":
         del stored[name]
+    elif missing == "nan":
+        stored[name][5, 0] = float("nan")
     else:
         stored[name] = stored[name].reshape(1, -1).contiguous()
     save_file(stored, str(src / "model.safetensors"), metadata={"format": "pt"})
     code, text = run(["convert", str(src), str(tmp_path / "out"), "--contract", "nvfp4-experts-per-token"], capsys)
-    assert (
-        code != 0
-        and "o_proj.weight" in text
-        and ("has no" in text if missing == "scale" else "per output row" in text)
-    )
+    expected = {"scale": "has no", "wrong-shape": "per output row", "nan": "is not a finite positive number"}[missing]
+    assert code != 0 and "o_proj.weight" in text and expected in text, text
     assert not (tmp_path / "out").exists()
 
 
