@@ -238,13 +238,13 @@ class _ModelLint:
                 "keep these tensors bf16 (a rule or bf16_exceptions.names) or pad them before conversion",
             )
         source = base_source_format(tensor)
-        if decision.format == "mxfp8" and source == "fp8-block":
+        if decision.format == "mxfp8" and source in ("fp8-block", "fp8-channel"):
             self.add(
                 "warning",
                 "lossy-fp8-requantize",
                 decision.rule,
                 tensor.name,
-                "FP8 source with arbitrary FP32 block scales requantized to MXFP8: values are rounded again "
+                "FP8 source with arbitrary FP32 block or row scales requantized to MXFP8: values are rounded again "
                 "(sampler and learner must both start from the same dequantized BF16 master)",
                 "keep them nvfp4 or bf16, or convert from a release with power-of-two scales (scale_fmt: ue8m0)",
             )

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from fp4convert.checkpoint.decode.declared import is_source_release
 from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
@@ -140,7 +141,8 @@ def dequantize_checkpoint(
             overlaps the source or is locked by another run.
     """
     ckpt = open_checkpoint(source)
-    dialect = dialect_for_config(ckpt.config)
+    # a compressed-tensors FP8 release is a source format, not one of fp4convert's output dialects
+    dialect = None if is_source_release(ckpt.config) else dialect_for_config(ckpt.config)
     if dialect is None and ckpt.view().decodes:  # an FP8 / MXFP4 / fused-expert source (docs/sources.md)
         formats, copied = write_decoded(ckpt, Path(destination), dtype=dtype, overwrite=overwrite)
         return DequantizeReport(str(destination), 0, 0, copied, formats)

@@ -123,27 +123,28 @@ def _describe_unique(mapper: NameMapper, name: str) -> TensorInfo:
     raise MappingError(f"tensor `{name}` is not a {family} tensor", hint=_unmapped_hint(mapper, name), tensor=name)
 
 
-_GPT_OSS_FUSED = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+_FUSED_EXPERTS = (".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+_QUANTIZED_SUFFIXES = ("_scale_inv", "_scale", "input_scale", "_scale_2", "_blocks", "_scales")
 
 
 def _unmapped_hint(mapper: NameMapper, name: str) -> str:
-    if mapper.family.key is FamilyKey.GPT_OSS and name.removesuffix("_bias").endswith(
-        tuple(f"{head}{tail}" for head in _GPT_OSS_FUSED for tail in ("", "_blocks", "_scales"))
+    if name.removesuffix("_bias").endswith(
+        tuple(f"{head}{tail}" for head in _FUSED_EXPERTS for tail in ("", "_blocks", "_scales"))
     ):
         return (
-            "gpt-oss checkpoints store each layer's experts fused (BF16 `gate_up_proj` [E, H, 2I] with gate and "
-            "up interleaved, `down_proj` [E, I, H], MXFP4 `_blocks` / `_scales`); fp4convert names them one "
-            "tensor per expert (`mlp.experts.{e}.gate_proj` / `up_proj` / `down_proj`, weight and bias), which "
-            "a fused-expert source reader produces from this layout"
+            "this is a fused 3-D expert tensor (transformers 5, gpt-oss, Qwen3.5-style releases; BF16, FP8 or "
+            "MXFP4): the checkpoint readers (`convert`, `verify --source`, `dequantize`, `to-megatron`, `plan "
+            "--model DIR`) split it into the family's per-expert tensors (docs/sources.md); pass the tensors of "
+            "`open_checkpoint(DIR).view()`, not the stored names, to inventory_from_tensors"
         )
-    if name.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+    if name.endswith(_QUANTIZED_SUFFIXES):
         return (
-            "this is transformers 5's fused in-memory expert layout, written by "
-            "save_pretrained(save_original_format=False); re-save with the default "
-            "save_original_format=True, which writes one tensor per expert projection"
+            "this looks like a quantized tensor. FP8 block-scaled sources (`weight_scale_inv`) and MXFP4 experts "
+            "(`_blocks` / `_scales`) are read directly when config.json's quantization_config declares them "
+            "(quant_method fp8 with weight_block_size, or mxfp4): restore the release's config.json; an fp4convert "
+            "output (ModelOpt, compressed-tensors, SGLang MXFP8) needs `fp4convert dequantize` first; other "
+            "formats: convert from the BF16 release (docs/sources.md)"
         )
-    if name.endswith("_scale_inv") or name.endswith("_scale") or name.endswith("input_scale"):
-        return "this looks like a quantized source checkpoint; convert from a BF16 checkpoint (dequantize first)"
     unconstrained = NameMapper(mapper.family, None)
     try:
         known = _matches(unconstrained, name)

@@ -98,10 +98,19 @@ class FamilyRegistry:
         model_type = config.get("model_type")
         if isinstance(model_type, str) and model_type in self._by_model_type:
             return self._by_model_type[model_type]
+        text = config.get("text_config")
+        text_type = text.get("model_type") if isinstance(text, Mapping) else None
+        wrapped = (
+            f"a multimodal model whose text model (text_config.model_type {text_type!r}) is no fp4convert family "
+            "either, so its vision tower and `language_model` tensors are not mapped (docs/families.md says how "
+            "to add a family); "
+            if text is not None
+            else ""
+        )
         raise MappingError(
             f"unsupported model: architectures {list(architectures)}, model_type {model_type!r}",
             hint=(
-                f"supported architectures: {', '.join(sorted(self._by_architecture))}; "
+                f"{wrapped}supported architectures: {', '.join(sorted(self._by_architecture))}; "
                 f"model types: {', '.join(sorted(self._by_model_type))}"
             ),
             architectures=list(architectures),

@@ -12,8 +12,11 @@ every layer a MoE whose router and experts carry biases.
   The published checkpoints store the experts fused instead: BF16 ``mlp.experts.gate_up_proj``
   ``[E, H, 2I]`` with gate and up interleaved along the last axis (``[..., 0::2]`` gate,
   ``[..., 1::2]`` up) plus ``gate_up_proj_bias`` ``[E, 2I]``, ``down_proj`` ``[E, I, H]``,
-  ``down_proj_bias`` ``[E, H]``; the MXFP4 release adds ``_blocks`` / ``_scales``. Those are
-  source layouts, split into these tensors by the fused-expert source reader.
+  ``down_proj_bias`` ``[E, H]``; the MXFP4 release (openai/gpt-oss-20b, -120b) stores
+  ``gate_up_proj_blocks`` ``[E, 2I, H/32, 16]`` / ``_scales`` ``[E, 2I, H/32]`` (rows interleaved)
+  and ``down_proj_blocks`` ``[E, H, I/32, 16]`` / ``_scales`` instead of the BF16 weights. Those are
+  source layouts, decoded and split into these tensors by ``fp4convert.checkpoint.decode`` for
+  every command (docs/families.md "Source formats each family accepts").
 """
 
 from __future__ import annotations

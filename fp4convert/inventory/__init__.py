@@ -61,7 +61,7 @@ class TensorInfo:
         gemm_weight: True for 2-D weights consumed by a GEMM (Linear weights, routers, lm_head):
             the only tensors a low-precision format can apply to.
         source_format: how the source checkpoint stores it (docs/sources.md): ``dense`` (as its
-            dtype), ``fp8-block``, ``fp8-block-ue8m0`` or ``mxfp4`` (``dtype`` is then the BF16
+            dtype), ``fp8-block``, ``fp8-block-ue8m0``, ``fp8-channel`` or ``mxfp4`` (``dtype`` is then the BF16
             it is dequantized to), with ``+fused-3d`` (and ``-transposed`` / ``-interleaved``)
             when it is one expert's slice of a fused 3-D tensor; empty when no checkpoint was read.
         source_nbytes: bytes read from the source for it (weight and scales); None when it is

@@ -102,14 +102,17 @@ def test_checkpoint_inventory_names_a_foreign_tensor(tmp_path: Path, tiny_checkp
     save_file({foreign: torch.ones(1)}, str(tmp_path / "extra.safetensors"))
     with pytest.raises(MappingError, match=rf"^tensor `{foreign}` is not a llama tensor") as raised:
         inventory_from_checkpoint(tmp_path)
-    assert "quantized source checkpoint" in (raised.value.hint or "")
+    hint = raised.value.hint or ""
+    # what is read directly (and what config.json must say), and what to do otherwise
+    assert "looks like a quantized tensor" in hint and "quant_method fp8 with weight_block_size" in hint
+    assert "convert from the BF16 release" in hint and "dequantize first" not in hint
 
 
 def test_fused_expert_layout_is_named_with_the_way_out() -> None:
     config = load_config("Qwen3-30B-A3B")
     with pytest.raises(MappingError, match=r"^tensor `model.layers.0.mlp.experts.gate_up_proj` is not a") as err:
         describe_name("model.layers.0.mlp.experts.gate_up_proj", config)
-    assert "save_original_format=True" in (err.value.hint or "")
+    assert "split it into the family's per-expert tensors" in (err.value.hint or "")
 
 
 def test_checkpoint_without_weights_is_a_checkpoint_error(tmp_path: Path) -> None:

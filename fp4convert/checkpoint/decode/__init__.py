@@ -1,9 +1,10 @@
 """Source formats: how a checkpoint stores its tensors, and the one way each is decoded (docs/sources.md).
 
 * :mod:`~fp4convert.checkpoint.decode.declared`: what config.json's ``quantization_config``
-  declares (plain, FP8 block-scaled with optional UE8M0 scales, MXFP4), refusing anything else.
+  declares (plain, FP8 block-scaled with optional UE8M0 scales, compressed-tensors FP8 per
+  channel, MXFP4), refusing anything else.
 * :mod:`~fp4convert.checkpoint.decode.dequant`: the dequantizers (DeepSeek's FP8 reference cast,
-  exact MXFP4) and the scale checks, each defined once.
+  compressed-tensors' per-channel FP8 cast, exact MXFP4) and the scale checks, each defined once.
 * :mod:`~fp4convert.checkpoint.decode.fused`: fused 3-D expert layouts and their exact split.
 * :mod:`~fp4convert.checkpoint.decode.units`: what a logical view is made of (byte ranges, read
   units, logical tensors, the view and its inventory).

@@ -1,4 +1,4 @@
-"""The source dequantizers: FP8 block-scaled and MXFP4 weights to BF16, each defined once.
+"""The source dequantizers: FP8 block-scaled, FP8 per-channel and MXFP4 weights to BF16, each defined once.
 
 Every consumer of a quantized source reads its BF16 values from here (``convert``, ``to-megatron``,
 ``verify --source``, ``validate-export --master``, ``dequantize``), so the sampler converted from an
@@ -9,6 +9,9 @@ FP8 release and the learner imported from it start from the same bytes (docs/sou
   one IEEE fp32 multiply rounded to nearest even, then one round to nearest even to BF16. ``s`` is
   the stored ``weight_scale_inv`` (F32; BF16 and E8M0 scales widen to fp32 exactly). Edge blocks
   (dims not multiples of the block) use their grid cell like any other.
+* **FP8 per channel** (compressed-tensors ``float-quantized``, ``strategy: channel``; GLM-4.5-FP8):
+  ``W[i, j] = bf16(rn32(float(w[i, j]) * s[i]))`` with ``s`` the ``[out, 1]`` ``weight_scale``, as
+  compressed-tensors' ``dequantize`` computes it (its product in the scale's dtype is exact).
 * **MXFP4** (OCP MX; gpt-oss): ``W = bf16(e2m1(code) * 2**(e - 127))`` with the even element in the
   low nibble; exact (every such value is a BF16 value unless it overflows).
 
@@ -32,6 +35,7 @@ __all__ = [
     "check_fp8_scales",
     "check_mxfp4_scales",
     "dequantize_fp8_block",
+    "dequantize_fp8_channel",
     "dequantize_mxfp4",
 ]
 
@@ -43,6 +47,8 @@ _E4M3_VALUES = e4m3_decode(torch.arange(256, dtype=torch.uint8))  # code -> floa
 #: source format -> the dequantizer's definition, as the manifest records it
 DEQUANTIZERS = {
     "fp8-block": "bf16(rn32(float(fp8) * weight_scale_inv[i // bm, j // bn])): DeepSeek-V3 weight_dequant",
+    "fp8-channel": "bf16(rn32(float(fp8) * weight_scale[i])): compressed-tensors float-quantized, channel strategy "
+    "(llm-compressor FP8), as compressed-tensors' dequantize computes it",
     "mxfp4": "bf16(e2m1(code) * 2**(scale - 127)), even element in the low nibble: exact",
 }
 
@@ -157,6 +163,31 @@ def dequantize_fp8_block(weight: torch.Tensor, scale_inv: torch.Tensor, block: t
     if w.is_cpu:
         return _fp8_tables(w, s, block)
     return _fp8_elementwise(w, s, block)
+
+
+def dequantize_fp8_channel(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors' per-channel FP8 cast to BF16: ``bf16(rn32(float(w[i, j]) * s[i]))``.
+
+    compressed-tensors multiplies in the scale's dtype; an E4M3 value times a BF16 or FP32 scale is
+    exact in fp32 (at most 4 + 8 significant bits), so both round once, to BF16, as here.
+
+    Args:
+        weight: ``[rows, cols]`` float8_e4m3fn (or its uint8 bytes).
+        scale: ``[rows, 1]`` scales (float32 or bfloat16), one per output row.
+
+    Example:
+        >>> w = torch.tensor([[1.0, -2.0], [448.0, 0.5]]).to(torch.float8_e4m3fn)
+        >>> dequantize_fp8_channel(w, torch.tensor([[0.5], [3.0]])).tolist()
+        [[0.5, -1.0], [1344.0, 1.5]]
+    """
+    w = weight.view(torch.float8_e4m3fn) if weight.dtype == torch.uint8 else weight
+    s = scale.float().to(w.device).reshape(-1, 1)
+    rows = w.shape[0]
+    out = torch.empty(w.shape, dtype=torch.bfloat16, device=w.device)
+    step = max(1, (1 << 22) // max(1, w.shape[1]))  # rows per chunk: the fp32 temporary stays near 16 MiB
+    for r in range(0, rows, step):
+        out[r : r + step] = (w[r : r + step].float() * s[r : r + step]).to(torch.bfloat16)
+    return out
 
 
 def _mxfp4_elementwise(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from fp4convert.checkpoint.decode.dequant import (
     check_fp8_scales,
     check_mxfp4_scales,
     dequantize_fp8_block,
+    dequantize_fp8_channel,
     dequantize_mxfp4,
 )
 from fp4convert.checkpoint.decode.fused import split_bias, split_down, split_gate_up
@@ -48,7 +49,7 @@ def _typed(part: RawPart, data: torch.Tensor) -> torch.Tensor:
 
 def _check(unit: ReadUnit, quantization: SourceQuantization, scale: torch.Tensor) -> None:
     name = unit.parts[1].tensor
-    if unit.encoding == "fp8-block":
+    if unit.encoding in ("fp8-block", "fp8-channel"):
         check_fp8_scales(name, scale, ue8m0=quantization.ue8m0)
     else:
         check_mxfp4_scales(name, scale)
@@ -74,6 +75,8 @@ def decode_unit(
         if unit.encoding == "fp8-block":
             assert quantization.block is not None
             matrix = dequantize_fp8_block(parts[0], parts[1], quantization.block)
+        elif unit.encoding == "fp8-channel":
+            matrix = dequantize_fp8_channel(parts[0], parts[1])
         else:
             matrix = dequantize_mxfp4(parts[0], parts[1])
     if unit.split == "none":

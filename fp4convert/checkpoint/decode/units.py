@@ -18,7 +18,7 @@ from fp4convert.inventory import ModelInventory
 
 __all__ = ["Encoding", "LogicalTensor", "RawPart", "ReadUnit", "SourceView", "Split"]
 
-Encoding = Literal["dense", "fp8-block", "mxfp4"]
+Encoding = Literal["dense", "fp8-block", "fp8-channel", "mxfp4"]
 Split = Literal["none", "gate_up", "down", "bias_gate_up", "bias_down"]
 
 

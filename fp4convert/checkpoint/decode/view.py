@@ -37,6 +37,7 @@ from fp4convert.inventory.dtypes import torch_dtype, torch_name
 __all__ = ["source_view"]
 
 _SCALE_INV = "_scale_inv"
+_CHANNEL_SCALE = "_scale"  # compressed-tensors' weight_scale, one per output row
 _SCALE_DTYPES = ("F32", "BF16", "F8_E8M0")
 # Per-expert spellings a family may use for one fused gate_up / down pair, tried in order.
 _EXPERT_LEAVES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
@@ -62,6 +63,9 @@ class _Builder:
         self.consumed: set[str] = set()
         self.units: dict[str, ReadUnit] = {}
         self.tensors: list[LogicalTensor] = []
+        # layer module prefix as stored -> as the family names it, where a fused layer's experts
+        # live in another container (transformers 5 holds Mixtral's block_sparse_moe as mlp)
+        self.renamed: dict[str, str] = {}
 
     # -- helpers --------------------------------------------------------------------------------
     def entry(self, name: str) -> TensorEntry:
@@ -77,7 +81,22 @@ class _Builder:
         return RawPart(file, name, e.dtype, e.shape[1:], e.start + expert * step, e.start + (expert + 1) * step)
 
     def fp8_name(self) -> str:
+        if self.q.method == "fp8-channel":
+            return "fp8-channel"
         return "fp8-block-ue8m0" if self.q.ue8m0 else "fp8-block"
+
+    def fp8_encoding(self) -> Encoding:
+        return "fp8-channel" if self.q.method == "fp8-channel" else "fp8-block"
+
+    def is_channel_scale(self, name: str) -> bool:
+        """``name`` is the row scale of an FP8 weight of a per-channel (compressed-tensors) source."""
+        base = name[: -len(_CHANNEL_SCALE)]
+        return (
+            self.q.method == "fp8-channel"
+            and name.endswith(_CHANNEL_SCALE)
+            and base in self.where
+            and self.entry(base).dtype == "F8_E4M3"
+        )
 
     def add(
         self,
@@ -101,24 +120,29 @@ class _Builder:
 
     # -- FP8 ------------------------------------------------------------------------------------
     def fp8_scale(self, name: str, decoded_shape: tuple[int, ...]) -> str:
-        """The ``_scale_inv`` of FP8 tensor ``name``, its grid checked against ``decoded_shape``."""
-        scale = name + _SCALE_INV
+        """The ``_scale_inv`` (per-channel sources: ``_scale``) of FP8 tensor ``name``, its grid checked
+        against ``decoded_shape``."""
+        channel = self.q.method == "fp8-channel"
+        scale = name + (_CHANNEL_SCALE if channel else _SCALE_INV)
         if scale not in self.where:
             raise _error(
                 f"FP8 tensor {name!r} has no {scale!r}",
-                "an FP8 block-scaled weight needs its weight_scale_inv; the checkpoint is incomplete: re-download it",
+                f"an FP8 weight needs its {scale.rsplit('.', 1)[-1]}; the checkpoint is incomplete: re-download it",
                 name,
             )
-        assert self.q.block is not None
-        bm, bn = self.q.block
         *lead, rows, cols = decoded_shape
-        expected = (*lead, math.ceil(rows / bm), math.ceil(cols / bn))
+        if channel:
+            expected, grid = (*lead, rows, 1), "one scale per output row"
+        else:
+            assert self.q.block is not None
+            bm, bn = self.q.block
+            expected = (*lead, math.ceil(rows / bm), math.ceil(cols / bn))
+            grid = f"with weight_block_size [{bm}, {bn}]: one scale per block, edge blocks included"
         entry = self.entry(scale)
         if entry.shape != expected or entry.dtype not in _SCALE_DTYPES:
             raise _error(
                 f"tensor {scale!r} is {entry.dtype} {list(entry.shape)}; its weight {name!r} {list(decoded_shape)} "
-                f"with weight_block_size [{bm}, {bn}] needs F32 {list(expected)} (one scale per block, "
-                "edge blocks included)",
+                f"needs F32 {list(expected)} ({grid})",
                 "the scale grid does not match its weight: the checkpoint or its config.json's weight_block_size is "
                 "wrong",
                 scale,
@@ -130,7 +154,7 @@ class _Builder:
         scale has its tensor."""
         for name, (_, e) in self.where.items():
             if e.dtype in ("F8_E4M3", "F8_E5M2") and not name.endswith(_SCALE_INV):
-                if self.q.method != "fp8":
+                if self.q.method not in ("fp8", "fp8-channel"):
                     raise _error(
                         f"tensor {name!r} is {e.dtype}, but config.json declares no FP8 quantization_config",
                         "add the release's quantization_config (quant_method fp8, weight_block_size) to config.json",
@@ -201,6 +225,8 @@ class _Builder:
                 except MappingError:
                     continue
                 if info.role is Role.ROUTED_EXPERT:
+                    if old != new:
+                        self.renamed[prefix.removesuffix(".experts") + "."] = container.removesuffix(".experts") + "."
                     return names
         raise MappingError(
             f"fused expert tensor {gate_up!r}: the model family names none of the per-expert tensors tried "
@@ -218,7 +244,7 @@ class _Builder:
     def encoding_of(self, name: str) -> Encoding:
         if name.endswith("_blocks"):
             return "mxfp4"
-        return "fp8-block" if self.entry(name).dtype == "F8_E4M3" else "dense"
+        return self.fp8_encoding() if self.entry(name).dtype == "F8_E4M3" else "dense"
 
     def mxfp4_scales(self, blocks: str) -> str:
         scales = blocks[: -len("_blocks")] + "_scales"
@@ -266,10 +292,12 @@ class _Builder:
                 (self.mxfp4_scales(name),)
                 if encoding == "mxfp4"
                 else (self.fp8_scale(name, shape),)
-                if encoding == "fp8-block"
+                if encoding in ("fp8-block", "fp8-channel")
                 else ()
             )
-            fmt = {"dense": "dense", "fp8-block": self.fp8_name(), "mxfp4": "mxfp4"}[encoding]
+            fmt = {"dense": "dense", "fp8-block": self.fp8_name(), "fp8-channel": self.fp8_name(), "mxfp4": "mxfp4"}[
+                encoding
+            ]
             dtype = _torch_name(self.entry(name).dtype) if encoding == "dense" else "bfloat16"
             is_gate_up = name == gate_up
             for e in range(experts):
@@ -310,10 +338,20 @@ class _Builder:
                 )
 
     # -- everything else ------------------------------------------------------------------------
+    def logical_name(self, name: str) -> str:
+        """``name`` as the family spells it: a sibling of renamed fused experts moves with them
+        (transformers 5 saves Mixtral's ``block_sparse_moe.gate`` as ``mlp.gate``)."""
+        for stored, family in self.renamed.items():
+            if name.startswith(stored):
+                return family + name[len(stored) :]
+        return name
+
     def rest(self) -> None:
         for name, (_, e) in self.where.items():
             if name in self.consumed or (self.q.method == "fp8" and name.endswith(_SCALE_INV)):
                 continue  # a scale is read with its FP8 weight (checked to be there)
+            if self.is_channel_scale(name):
+                continue
             if e.dtype == "F8_E4M3":
                 if len(e.shape) != 2:
                     raise _error(
@@ -324,12 +362,24 @@ class _Builder:
                     )
                 scale = self.fp8_scale(name, e.shape)
                 parts = (self.part(name), self.part(scale))
-                self.add(name, "fp8-block", parts, [(name, e.shape, "bfloat16")], self.fp8_name())
+                outputs = [(self.logical_name(name), e.shape, "bfloat16")]
+                self.add(name, self.fp8_encoding(), parts, outputs, self.fp8_name())
                 continue
-            self.add(name, "dense", (self.part(name),), [(name, e.shape, _torch_name(e.dtype))], "dense")
+            output = (self.logical_name(name), e.shape, _torch_name(e.dtype))
+            self.add(name, "dense", (self.part(name),), [output], "dense")
 
     def view(self) -> SourceView:
         ordered = sorted(self.tensors, key=lambda t: t.position)
+        first: dict[str, LogicalTensor] = {}
+        for tensor in ordered:
+            other = first.setdefault(tensor.name, tensor)
+            if other is not tensor:  # e.g. fused experts next to per-expert copies, or mlp.gate and its renamed twin
+                raise _error(
+                    f"tensor {tensor.name!r} is stored twice in this checkpoint: read from {other.unit!r} and from "
+                    f"{tensor.unit!r}",
+                    "the checkpoint mixes two layouts of the same weights; keep one save (re-download or re-save it)",
+                    tensor.name,
+                )
         return SourceView(self.config, self.q, self.units, {t.name: t for t in ordered}, self.files)
 
 
