@@ -19,7 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fp4convert"
 #: Modules that cannot be imported on every machine the suite runs on, and why. Their examples
 #: still must exist only where they can run: a test below checks they have none.
-NOT_IMPORTABLE_EVERYWHERE = {"fp4convert.formats._triton": "needs triton (CUDA machines only)"}
+NOT_IMPORTABLE_EVERYWHERE = {
+    "fp4convert.formats._triton": "needs triton (CUDA machines only)",
+    "fp4convert.formats._triton_segments": "needs triton (CUDA machines only)",
+}
 #: Modules whose skipped examples do not say why yet, owned elsewhere; kept exact by a test so the
 #: list only shrinks. (Each entry: add ``Example (not run: <reason>):`` to the docstring, then drop it.)
 SKIPS_WITHOUT_A_REASON_YET: set[str] = set()

@@ -250,16 +250,11 @@ def nvfp4_matrix(
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     spec = profiles.profile_spec(profile)
-    if x2d.is_cuda and spec.chain != "4over6" and block_amax is None:
-        from fp4convert.formats import _triton_segments
-
-        # outer scales are computed in the kernel; an amax broadcast over the rows stays one value
-        amax = row_amax.reshape(rows).to(x2d.device, torch.float32)
-        unit_rows = rows if rows and amax.stride(0) == 0 else 1
-        amax = amax[:1].contiguous() if unit_rows > 1 else amax.contiguous()
-        return _triton_segments.nvfp4_dense(
-            x2d, amax, max(unit_rows, 1), PROFILE_CODES[spec.chain], spec.global_max, tile16
-        )
+    # A dense matrix on CUDA takes the one-matrix kernels of _triton.py: on the H200 (bench/quantize.py,
+    # 4096x14336 bf16) they ran at 321 / 332 (16x16) GB/s for NVFP4 and 1058 GB/s for MXFP8, the segment
+    # kernels at 301 / 271 and 637 GB/s (bench/results/quantize-h200-4over6.txt and
+    # quantize-h200-segment-kernels.txt); the segment kernels serve the grouped launches (many tensors
+    # in one), where they win 19x over one call each.
     if tile16 and block_amax is None:
         block_amax = tile_amax(x2d)
     outer = profiles.outer_scales(row_amax.reshape(rows).to(x2d.device), profile)
@@ -311,10 +306,10 @@ def mxfp8_col_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | N
 def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path of :func:`fp4convert.formats.mxfp8.mxfp8_matrix_reference` (same contract)."""
     x2d = contiguous_rows(x2d)
-    if x2d.is_cuda:
-        from fp4convert.formats import _triton_segments
+    if x2d.is_cuda:  # the one-matrix kernel (see nvfp4_matrix)
+        from fp4convert.formats import _triton
 
-        return _triton_segments.mxfp8_dense(x2d)
+        return _triton.mxfp8_matrix(x2d)
     lib = _lib()
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8)
