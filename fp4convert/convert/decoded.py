@@ -26,7 +26,7 @@ from fp4convert.errors import MappingError
 from fp4convert.families import family_for_config
 from fp4convert.version import __version__
 
-__all__ = ["write_decoded"]
+__all__ = ["finish_high_precision", "write_decoded"]
 
 
 def _known_family(source: SourceCheckpoint) -> bool:
@@ -35,6 +35,24 @@ def _known_family(source: SourceCheckpoint) -> bool:
     except MappingError:
         return False  # an FP8 release of a model fp4convert has no family for is still decoded as stored
     return True
+
+
+def finish_high_precision(
+    source: SourceCheckpoint, staging: Path, dtype: torch.dtype, shards: list[str], weight_map: dict[str, str]
+) -> None:
+    """The files around the written shards of a high-precision copy: config.json without its
+    ``quantization_config`` (``torch_dtype`` set), the index when there are several shards, and the
+    source's other files (its manifest left out: it describes the quantized files, not these)."""
+    config = {k: v for k, v in source.config.items() if k != "quantization_config"}
+    config["torch_dtype"] = str(dtype).removeprefix("torch.")
+    write_json_atomic(staging / "config.json", config)
+    if len(shards) > 1:
+        total = sum((staging / s).stat().st_size for s in shards)
+        write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    for name in source.other_files:
+        if name != MANIFEST:
+            with writing(staging / name):
+                shutil.copy2(source.root / name, staging / name)
 
 
 def write_decoded(
@@ -91,17 +109,7 @@ def write_decoded(
                 writer.close()
                 with writing(staging / names[shard]):
                     tmp.rename(staging / names[shard])
-            config = {k: v for k, v in source.config.items() if k != "quantization_config"}
-            config["torch_dtype"] = str(dtype).removeprefix("torch.")
-            write_json_atomic(staging / "config.json", config)
-            if len(names) > 1:
-                total = sum((staging / s).stat().st_size for s in names.values())
-                index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-                write_json_atomic(staging / INDEX_NAME, index)
-            for name in source.other_files:
-                if name != MANIFEST:  # a manifest describes the quantized files, not these
-                    with writing(staging / name):
-                        shutil.copy2(source.root / name, staging / name)
+            finish_high_precision(source, staging, dtype, list(names.values()), weight_map)
             publish(staging, destination)
         except BaseException:
             discard(staging)

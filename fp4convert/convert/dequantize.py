@@ -16,7 +16,6 @@ failure ``DST.partial/`` is removed.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +26,9 @@ from fp4convert.checkpoint.decode.declared import is_source_release
 from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.manifest import MANIFEST
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
-from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint, output_shard_names
-from fp4convert.checkpoint.staging import discard, prepare_staging, publish, write_json_atomic
-from fp4convert.convert.decoded import write_decoded
+from fp4convert.checkpoint.source import SourceCheckpoint, open_checkpoint, output_shard_names
+from fp4convert.checkpoint.staging import discard, prepare_staging, publish
+from fp4convert.convert.decoded import finish_high_precision, write_decoded
 from fp4convert.dialects import DIALECTS, Dialect, dialect_for_config
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
@@ -185,16 +184,7 @@ def dequantize_checkpoint(
             writer.close()
             with writing(staging / out_names[shard]):
                 tmp.rename(staging / out_names[shard])
-        config = {k: v for k, v in ckpt.config.items() if k != "quantization_config"}
-        config["torch_dtype"] = str(dtype).removeprefix("torch.")
-        write_json_atomic(staging / "config.json", config)
-        if len(out_names) > 1:
-            total = sum((staging / s).stat().st_size for s in out_names.values())
-            write_json_atomic(staging / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": weight_map})
-        for name in ckpt.other_files:
-            if name != MANIFEST:
-                with writing(staging / name):
-                    shutil.copy2(ckpt.root / name, staging / name)
+        finish_high_precision(ckpt, staging, dtype, list(out_names.values()), weight_map)
         publish(staging, destination)
     except BaseException:
         discard(staging)

@@ -27,8 +27,7 @@ from _sources import (
 )
 from families.tiny import build_family_checkpoint
 from safetensors.torch import save_file
-
-from fp4convert.cli import main
+from sources.cli_run import run
 
 #: family key -> (tiny fixture, the release's quantization_config as its config.json spells it)
 RELEASES: dict[str, tuple[str, dict]] = {
@@ -69,14 +68,6 @@ def is_release_fp8(name: str, tensor: torch.Tensor) -> bool:
         and not name.endswith(".gate.weight")
         and not any(k in name for k in _HIGH)
     )
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out + captured.err
 
 
 @pytest.fixture(scope="module")

@@ -22,21 +22,12 @@ import torch
 from _sources import all_tensors, assert_same_tensors
 from families.tiny import build_model
 from safetensors.torch import save_file
-
-from fp4convert.cli import main
+from sources.cli_run import run
 
 transformers = pytest.importorskip("transformers")
 
 MOE_KEYS = ["mixtral", "qwen2_moe", "minimax_m2", "glm4_moe", "kimi_k2", "qwen3_next"]
 MEGATRON_KEYS = [k for k in MOE_KEYS if k != "qwen3_next"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out + captured.err
 
 
 def _kimi(directory: Path) -> None:

@@ -25,8 +25,7 @@ from _helpers import CONTRACTS, MXFP8_ALL, NVFP4_EXPERTS
 from _sources import all_tensors, assert_same_tensors, quantize_mxfp4, reference_mxfp4_dequant
 from families.tiny import build_model, unfuse_gpt_oss
 from safetensors.torch import save_file
-
-from fp4convert.cli import main
+from sources.cli_run import run
 
 transformers = pytest.importorskip("transformers")
 
@@ -121,14 +120,6 @@ def gpt_oss(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "mxfp4": _save(root / "mxfp4", release, mx_config, shards=2),
         "mxfp4-master": _save(root / "mxfp4-master", _mxfp4_master(release), config),
     }
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out + captured.err
 
 
 def test_the_release_is_laid_out_as_published(gpt_oss):
