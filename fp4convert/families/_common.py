@@ -222,6 +222,15 @@ def sparse_step_is_moe(config: ModelConfig, layer: int, num_experts: int) -> boo
     return layer not in config.get_int_list("mlp_only_layers") and num_experts > 0 and (layer + 1) % sparse_step == 0
 
 
+def dense_first_mlp_features(config: ModelConfig, layer: int) -> set[str]:
+    """The MLP of decoder layer ``layer`` in DeepSeek-V3-style configs (DeepSeek-V3, Kimi-K2, GLM-4.5):
+    dense below ``first_k_dense_replace``, MoE from there on, with shared experts when
+    ``n_shared_experts`` > 0."""
+    if layer < config.get_int("first_k_dense_replace", default=0):
+        return {"dense_mlp"}
+    return {"moe", "shared_experts"} if config.get_int("n_shared_experts", default=0) > 0 else {"moe"}
+
+
 def gqa_dims(config: ModelConfig) -> dict[str, int]:
     """Dimensions of a Llama-style decoder: hidden, vocab, heads, head_dim, q/kv sizes, intermediate.
 

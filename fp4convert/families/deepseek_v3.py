@@ -30,6 +30,7 @@ from fp4convert.families._common import (
     GLOBALS,
     ROUTED_EXPERTS,
     SHARED_EXPERTS,
+    dense_first_mlp_features,
     router_expert_bias,
 )
 from fp4convert.families._config import ModelConfig
@@ -119,12 +120,7 @@ def _features(config: ModelConfig, layer: int | None) -> frozenset[str]:
         "no_q_lora" if config.get_optional_int("q_lora_rank") is None else "q_lora",
     }
     if layer is not None:
-        if layer < config.get_int("first_k_dense_replace", default=0):
-            found.add("dense_mlp")
-        else:
-            found.add("moe")
-            if config.get_int("n_shared_experts", default=0) > 0:
-                found.add("shared_experts")
+        found |= dense_first_mlp_features(config, layer)
     return frozenset(found)
 
 

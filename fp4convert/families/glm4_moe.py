@@ -24,6 +24,7 @@ from fp4convert.families._common import (
     QK_NORM,
     ROUTED_EXPERTS,
     SHARED_EXPERTS,
+    dense_first_mlp_features,
     gqa_dims,
     model_features,
     router_expert_bias,
@@ -52,12 +53,7 @@ def _features(config: ModelConfig, layer: int | None) -> frozenset[str]:
     if config.get_flag("use_qk_norm", False):
         found.add("qk_norm")
     if layer is not None:
-        if layer < config.get_int("first_k_dense_replace", default=0):
-            found.add("dense_mlp")
-        else:
-            found.add("moe")
-            if config.get_int("n_shared_experts", default=0) > 0:
-                found.add("shared_experts")
+        found |= dense_first_mlp_features(config, layer)
     return frozenset(found)
 
 
