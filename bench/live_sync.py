@@ -143,24 +143,24 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
     scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=device)
     data8 = torch.empty(rows, cols, dtype=torch.uint8, device=device)
     scale8 = torch.empty(rows, cols // 32, dtype=torch.uint8, device=device)
-    for bc in (128, 256, 512):
-        for warps in (4, 8):
+    for bc in (128, 256):
+        for steps in (1, 2, 4):
 
-            def nvfp4(bc: int = bc, warps: int = warps) -> None:
-                ts._nvfp4_dense_kernel[(rows // 16,)](
+            def nvfp4(bc: int = bc, steps: int = steps) -> None:
+                ts._nvfp4_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
                     x, cols, rows, amax, data, scale, cols, rows, PROFILE=0, GMAX=2688.0, TILE16=False, EVEN_R=True,
-                    EVEN_C=True, BR=16, BC=bc, num_warps=warps, enable_fp_fusion=False,
+                    EVEN_C=True, BR=16, BC=bc, CH=steps, enable_fp_fusion=False,
                 )  # fmt: skip
 
-            def mxfp8(bc: int = bc, warps: int = warps) -> None:
-                ts._mxfp8_dense_kernel[(rows // 16,)](
-                    x, cols, rows, data8, scale8, cols, EVEN_R=True, EVEN_C=True, BR=16, BC=bc, num_warps=warps,
+            def mxfp8(bc: int = bc, steps: int = steps) -> None:
+                ts._mxfp8_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
+                    x, cols, rows, data8, scale8, cols, EVEN_R=True, EVEN_C=True, BR=16, BC=bc, CH=steps,
                     enable_fp_fusion=False,
                 )  # fmt: skip
 
-            table.add(f"  sweep: NVFP4 kernel BC={bc} warps={warps}", _time(nvfp4, device, repeat), n * 2,
+            table.add(f"  sweep: NVFP4 kernel BC={bc} column steps={steps}", _time(nvfp4, device, repeat), n * 2,
                       n * 2 + n // 2 + n // 16)  # fmt: skip
-            table.add(f"  sweep: MXFP8 kernel BC={bc} warps={warps}", _time(mxfp8, device, repeat), n * 2,
+            table.add(f"  sweep: MXFP8 kernel BC={bc} column steps={steps}", _time(mxfp8, device, repeat), n * 2,
                       n * 2 + n + n // 32)  # fmt: skip
 
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (a device lab: wide tables of launch shapes)
 """Kernel lab (issue 15): candidate NVFP4 / MXFP8 / amax kernel shapes against today's, on one weight.
 
 Each candidate's bytes are compared with today's kernel (torch.equal on uint8); GPU time is taken
@@ -14,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fp4convert.formats import _triton, _triton_segments, profiles
+from fp4convert.formats import _triton_segments, kernels
 from fp4convert.formats._triton_segments import FLT_MAX, _e2m1, _e4m3_nonneg, _e4m3_signed, _e4m3_value, _outer
 
 
@@ -80,6 +81,10 @@ def amax_2d(x_ptr, ld, out_ptr, cols, BR: tl.constexpr, BC: tl.constexpr, CH: tl
     tl.atomic_max(out_ptr, tl.max(tl.max(acc, axis=1), axis=0).to(tl.int32, bitcast=True))
 
 
+def nan_free_amax(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(x.float().isnan(), 0.0, x.float().abs()).amax()
+
+
 def graph_time(fn, reps: int = 20) -> float:
     """Seconds per call of ``fn`` replayed from a CUDA graph of ``reps`` calls."""
     fn()
@@ -133,12 +138,27 @@ def main() -> None:
 
     def report(name: str, seconds: float, fmt: str, read_passes: int = 1, note: str = "") -> None:
         moved = read_passes * gb + out_bytes.get(fmt, 0) / 1e9
-        print(f"{name:58} {seconds * 1e6:8.1f} us {gb / seconds:8.0f} GB/s in  {moved / seconds / roof * 100:5.1f}% roof {note}")
+        print(
+            f"{name:58} {seconds * 1e6:8.1f} us {gb / seconds:8.0f} GB/s in  {moved / seconds / roof * 100:5.1f}% roof {note}"
+        )
 
     # amax
     amax_ref = _triton_segments.tensor_amax(x)
-    report("amax: segments tensor_amax (today)", graph_time(lambda: _triton_segments.tensor_amax(x)), "", 1)
-    for br, bc, ch, w in [(16, 256, 4, 4), (16, 512, 4, 8), (32, 256, 8, 8), (8, 1024, 4, 4), (16, 1024, 7, 8), (64, 256, 4, 8)]:
+    report(
+        "amax: tensor_amax (the package's)",
+        graph_time(lambda: _triton_segments.tensor_amax(x)),
+        "",
+        1,
+        "bytes == cpu" if torch.equal(amax_ref.cpu(), nan_free_amax(x.cpu())) else "BYTES DIFFER",
+    )
+    for br, bc, ch, w in [
+        (16, 256, 4, 4),
+        (16, 512, 4, 8),
+        (32, 256, 8, 8),
+        (8, 1024, 4, 4),
+        (16, 1024, 7, 8),
+        (64, 256, 4, 8),
+    ]:
         if cols % (bc * ch) or rows % br:
             continue
         out = torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -151,41 +171,74 @@ def main() -> None:
         ok = torch.equal(out.view(torch.float32).reshape(()), amax_ref)
         report(f"amax: 2d BR={br} BC={bc} CH={ch} warps={w}", t, "", 1, "bytes ==" if ok else "BYTES DIFFER")
 
-    # NVFP4 te, tensor scope, amax given
-    outer = profiles.outer_scales(amax_ref.reshape(1).expand(rows), "te")
-    d0, s0 = _triton.nvfp4_matrix(x, outer, 0, profiles.profile_spec("te"), None, 1, None)
-    report("nvfp4: _triton one-matrix kernel (today, scales given)",
-           graph_time(lambda: _triton.nvfp4_matrix(x, outer, 0, profiles.profile_spec("te"), None, 1, None)), "nvfp4")
-    report("nvfp4: segments dense kernel", graph_time(lambda: _triton_segments.nvfp4_dense(x, amax_ref.reshape(1), rows, 0, 2688.0, False)), "nvfp4")
-    for br, nb, ch, w in [(16, 16, 1, 4), (8, 16, 1, 4), (16, 8, 1, 4), (32, 16, 1, 8), (16, 32, 1, 8), (8, 32, 1, 4),
-                          (16, 16, 2, 4), (16, 16, 4, 4), (8, 16, 4, 4), (32, 8, 1, 4), (4, 32, 1, 4), (16, 16, 1, 8)]:
+    # NVFP4 te, tensor scope, amax given; reference bytes: the CPU kernel on the same values
+    d0, s0 = (t.cuda() for t in kernels.nvfp4_matrix(x.cpu(), amax_ref.cpu().reshape(1), rows, "te"))
+    dense = lambda: _triton_segments.nvfp4_dense(x, amax_ref.reshape(1), rows, 0, 2688.0, False)  # noqa: E731
+    got = dense()
+    ok = torch.equal(got[0], d0) and torch.equal(got[1], s0)
+    report(
+        "nvfp4: dense kernel (the package's)", graph_time(dense), "nvfp4", 1, "bytes == cpu" if ok else "BYTES DIFFER"
+    )
+    for br, nb, ch, w in [
+        (16, 16, 1, 4),
+        (8, 16, 1, 4),
+        (16, 8, 1, 4),
+        (32, 16, 1, 8),
+        (16, 32, 1, 8),
+        (8, 32, 1, 4),
+        (16, 16, 2, 4),
+        (16, 16, 4, 4),
+        (8, 16, 4, 4),
+        (32, 8, 1, 4),
+        (4, 32, 1, 4),
+        (16, 16, 1, 8),
+    ]:
         if (cols // 16) % (nb * ch) or rows % br:
             continue
         data = torch.empty(rows, cols // 2, dtype=torch.uint8, device="cuda")
         scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device="cuda")
 
         def run(br=br, nb=nb, ch=ch, w=w, data=data, scale=scale):
-            nv_words[(rows // br, cols // 16 // (nb * ch))](x, x.stride(0), amax_ref, data, scale, cols, BR=br, NB=nb, CH=ch,
-                                                              num_warps=w, enable_fp_fusion=False)
+            nv_words[(rows // br, cols // 16 // (nb * ch))](
+                x, x.stride(0), amax_ref, data, scale, cols, BR=br, NB=nb, CH=ch, num_warps=w, enable_fp_fusion=False
+            )
 
         t = graph_time(run)
         ok = torch.equal(data, d0) and torch.equal(scale, s0)
         report(f"nvfp4: words BR={br} NB={nb} CH={ch} warps={w}", t, "nvfp4", 1, "bytes ==" if ok else "BYTES DIFFER")
 
     # MXFP8
-    m0, ms0 = _triton.mxfp8_matrix(x)
-    report("mxfp8: _triton one-matrix kernel (today)", graph_time(lambda: _triton.mxfp8_matrix(x)), "mxfp8")
-    report("mxfp8: segments dense kernel", graph_time(lambda: _triton_segments.mxfp8_dense(x)), "mxfp8")
-    for br, nb, ch, w in [(16, 8, 1, 4), (8, 8, 1, 4), (16, 16, 1, 8), (32, 8, 1, 8), (8, 16, 1, 4), (16, 8, 2, 4),
-                          (16, 8, 4, 4), (4, 16, 1, 4), (32, 4, 1, 4), (16, 8, 1, 8)]:
+    m0, ms0 = (t.cuda() for t in kernels.mxfp8_matrix(x.cpu()))
+    got = _triton_segments.mxfp8_dense(x)
+    ok = torch.equal(got[0], m0) and torch.equal(got[1], ms0)
+    report(
+        "mxfp8: dense kernel (the package's)",
+        graph_time(lambda: _triton_segments.mxfp8_dense(x)),
+        "mxfp8",
+        1,
+        "bytes == cpu" if ok else "BYTES DIFFER",
+    )
+    for br, nb, ch, w in [
+        (16, 8, 1, 4),
+        (8, 8, 1, 4),
+        (16, 16, 1, 8),
+        (32, 8, 1, 8),
+        (8, 16, 1, 4),
+        (16, 8, 2, 4),
+        (16, 8, 4, 4),
+        (4, 16, 1, 4),
+        (32, 4, 1, 4),
+        (16, 8, 1, 8),
+    ]:
         if (cols // 32) % (nb * ch) or rows % br:
             continue
         data = torch.empty(rows, cols, dtype=torch.uint8, device="cuda")
         scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device="cuda")
 
         def run(br=br, nb=nb, ch=ch, w=w, data=data, scale=scale):
-            mx_words[(rows // br, cols // 32 // (nb * ch))](x, x.stride(0), data, scale, cols, BR=br, NB=nb, CH=ch,
-                                                              num_warps=w, enable_fp_fusion=False)
+            mx_words[(rows // br, cols // 32 // (nb * ch))](
+                x, x.stride(0), data, scale, cols, BR=br, NB=nb, CH=ch, num_warps=w, enable_fp_fusion=False
+            )
 
         t = graph_time(run)
         ok = torch.equal(data, m0) and torch.equal(scale, ms0)
@@ -194,9 +247,17 @@ def main() -> None:
     # the public calls, end to end (host work included, launches back to back)
     from fp4convert import quantize_mxfp8, quantize_nvfp4
 
-    report("quantize_nvfp4(x) end to end (today)", wall_time(lambda: quantize_nvfp4(x)), "nvfp4", 2)
-    report("quantize_mxfp8(x) end to end (today)", wall_time(lambda: quantize_mxfp8(x)), "mxfp8", 1)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+    report(
+        "quantize_nvfp4(x) end to end (python call, launches back to back)",
+        wall_time(lambda: quantize_nvfp4(x)),
+        "nvfp4",
+        2,
+    )
+    report("quantize_nvfp4(x) from a CUDA graph (amax + quantize)", graph_time(lambda: quantize_nvfp4(x)), "nvfp4", 2)
+    report("quantize_mxfp8(x) end to end (python call)", wall_time(lambda: quantize_mxfp8(x)), "mxfp8", 1)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    ) as prof:
         for _ in range(5):
             quantize_nvfp4(x)
         torch.cuda.synchronize()

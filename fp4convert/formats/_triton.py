@@ -1,6 +1,8 @@
 # mypy: disable-error-code="no-untyped-def"
 # (Triton JIT functions take and return Triton tensors; Python annotations would not describe them.)
-"""Triton kernels for CUDA tensors: the same arithmetic as ``_native.c`` and the torch reference.
+"""Triton kernels for one CUDA matrix whose scales are given: the per-row and 16x16-tile amaxes and
+4over6 NVFP4 (te / te-2.13 / modelopt NVFP4 and MXFP8 run in :mod:`fp4convert.formats._triton_segments`,
+one launch per matrix or group). The same arithmetic as ``_native.c`` and the torch reference.
 
 Exactness rules for Triton: divisions use ``tl.math.div_rn`` (plain ``/`` on fp32 is approximate),
 kernels launch with ``enable_fp_fusion=False`` (no mul+add -> FMA contraction), every conversion
@@ -17,7 +19,7 @@ import triton
 import triton.language as tl
 
 from fp4convert.formats import profiles
-from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.formats.spec import NVFP4_BLOCK
 
 
 @triton.jit
@@ -94,97 +96,6 @@ def _tile_amax_kernel(x_ptr, out_ptr, cols, ld, NB: tl.constexpr):
     tile = tl.max(tl.max(_abs_nan0(x), axis=2), axis=0)  # max is exact in any order
     out = tl.broadcast_to(tile[None, :], (16, NB))
     tl.store(out_ptr + r[:, None] * nblocks + blk[None, :], out, mask=bmask[None, :])
-
-
-@triton.jit
-def _nvfp4_kernel(
-    x_ptr,
-    sdec_ptr,
-    mult_ptr,
-    bamax_ptr,
-    data_ptr,
-    scale_ptr,
-    rows,
-    cols,
-    ld,
-    PROFILE: tl.constexpr,
-    HAS_BAMAX: tl.constexpr,
-    BR: tl.constexpr,
-    NB: tl.constexpr,
-):
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    r = pid_r * BR + tl.arange(0, BR)
-    blk = pid_c * NB + tl.arange(0, NB)
-    e = tl.arange(0, 16)
-    nblocks = cols // 16
-    col = blk[None, :, None] * 16 + e[None, None, :]
-    rmask = r < rows
-    bmask = blk < nblocks
-    mask3 = rmask[:, None, None] & bmask[None, :, None]
-    x = tl.load(x_ptr + r[:, None, None] * ld + col, mask=mask3, other=0.0).to(tl.float32)
-    mask2 = rmask[:, None] & bmask[None, :]
-    if HAS_BAMAX:
-        amax = tl.load(bamax_ptr + r[:, None] * nblocks + blk[None, :], mask=mask2, other=0.0)
-    else:
-        amax = tl.max(_abs_nan0(x), axis=2)
-    sdec = tl.load(sdec_ptr + r, mask=rmask, other=1.0)[:, None]
-    mult = tl.load(mult_ptr + r, mask=rmask, other=1.0)[:, None]
-    if PROFILE == 2:  # modelopt
-        psc = tl.math.div_rn(amax, mult)
-        psc = tl.where(psc == 0.0, 1.0, psc)
-        psc = tl.minimum(tl.maximum(psc, 0.001953125), 448.0)
-        sf = _e4m3_nonneg(psc)
-        sf = tl.where(sdec == 0.0, 0x38, sf)
-        denom = _e4m3_value(sf) * sdec
-        y = tl.math.div_rn(x, denom[:, :, None])
-        y = tl.where(sdec[:, :, None] == 0.0, 0.0, y)
-        codes = _e2m1_code(y, False)
-    else:
-        if PROFILE == 0:
-            d = amax * mult
-        else:
-            d = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)) * mult
-        sf = _e4m3_nonneg(d)
-        enc = tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), _e4m3_value(sf) * sdec)
-        enc = tl.minimum(enc, 3.4028234663852886e38)
-        codes = _e2m1_code(x * enc[:, :, None], True)
-    tl.store(scale_ptr + r[:, None] * nblocks + blk[None, :], sf.to(tl.uint8), mask=mask2)
-    pairs = tl.reshape(codes, (BR, NB, 8, 2))
-    lo, hi = tl.split(pairs)
-    packed = (lo | (hi << 4)).to(tl.uint8)
-    k = tl.arange(0, 8)
-    out = data_ptr + r[:, None, None] * (cols // 2) + blk[None, :, None] * 8 + k[None, None, :]
-    tl.store(out, packed, mask=mask2[:, :, None] & (k < 8)[None, None, :])
-
-
-@triton.jit
-def _mxfp8_kernel(x_ptr, data_ptr, scale_ptr, rows, cols, ld, BR: tl.constexpr, NB: tl.constexpr):
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    r = pid_r * BR + tl.arange(0, BR)
-    blk = pid_c * NB + tl.arange(0, NB)
-    e = tl.arange(0, 32)
-    nblocks = cols // 32
-    col = blk[None, :, None] * 32 + e[None, None, :]
-    rmask = r < rows
-    bmask = blk < nblocks
-    mask3 = rmask[:, None, None] & bmask[None, :, None]
-    x = tl.load(x_ptr + r[:, None, None] * ld + col, mask=mask3, other=0.0).to(tl.float32)
-    v = tl.max(_abs_nan0(x), axis=2) * 0.002232142956927418  # rn32(1/448) = 0x3B124925
-    b = v.to(tl.uint32, bitcast=True)
-    ex = ((b >> 23) & 0xFF).to(tl.int32)
-    man = (b & 0x7FFFFF).to(tl.int32)
-    up = tl.where(ex == 0, (man > 0x400000).to(tl.int32), ((man != 0) & (ex < 0xFE)).to(tl.int32))
-    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
-    inv_bits = tl.where(sc == 254, 0x00400000, (254 - sc) << 23)
-    inv = inv_bits.to(tl.uint32).to(tl.float32, bitcast=True)
-    y = x * inv[:, :, None]
-    ybits = y.to(tl.uint32, bitcast=True)
-    mag = _e4m3_nonneg(tl.abs(y))
-    q = tl.where(y == y, mag | ((ybits >> 24) & 0x80).to(tl.int32), 0x7F)
-    tl.store(scale_ptr + r[:, None] * nblocks + blk[None, :], sc.to(tl.uint8), mask=rmask[:, None] & bmask[None, :])
-    tl.store(data_ptr + r[:, None, None] * cols + col, q.to(tl.uint8), mask=mask3)
 
 
 @triton.jit
@@ -313,15 +224,15 @@ def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def nvfp4_matrix(
+def nvfp4_4over6_matrix(
     x2d: torch.Tensor,
     outer: profiles.OuterScales,
-    code: int,
     spec: profiles.ProfileSpec,
     block_amax: torch.Tensor | None,
     tile_rows: int,
     choice: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """4over6 NVFP4 of a contiguous-row matrix (the other chains: ``_triton_segments.nvfp4_dense``)."""
     rows, cols = x2d.shape
     data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.uint8, device=x2d.device)
@@ -329,31 +240,12 @@ def nvfp4_matrix(
         return data, scale
     s_dec = outer.s_dec.contiguous()
     blk = block_amax if block_amax is not None else s_dec  # dummy pointer when absent
-    if spec.chain == "4over6":
-        nb = 16
-        grid = (triton.cdiv(rows, 16), triton.cdiv(cols // NVFP4_BLOCK, nb))
-        _nvfp4_4over6_kernel[grid](
-            x2d, outer.amax.contiguous(), outer.s_enc.contiguous(), s_dec, blk, data, scale,
-            choice if choice is not None else scale, rows, cols, x2d.stride(0), spec.global_max,
-            MSE=spec.error == "mse", TILE2D=tile_rows == NVFP4_BLOCK, HAS_BAMAX=block_amax is not None,
-            HAS_CHOICE=choice is not None, NB=nb, enable_fp_fusion=False,
-        )  # fmt: skip
-        return data, scale
-    br, nb = 16, 16
-    grid = (triton.cdiv(rows, br), triton.cdiv(cols // NVFP4_BLOCK, nb))
-    _nvfp4_kernel[grid](
-        x2d, s_dec, outer.mult.contiguous(), blk, data, scale, rows, cols, x2d.stride(0),
-        PROFILE=code, HAS_BAMAX=block_amax is not None, BR=br, NB=nb, enable_fp_fusion=False,
+    nb = 16
+    grid = (triton.cdiv(rows, 16), triton.cdiv(cols // NVFP4_BLOCK, nb))
+    _nvfp4_4over6_kernel[grid](
+        x2d, outer.amax.contiguous(), outer.s_enc.contiguous(), s_dec, blk, data, scale,
+        choice if choice is not None else scale, rows, cols, x2d.stride(0), spec.global_max,
+        MSE=spec.error == "mse", TILE2D=tile_rows == NVFP4_BLOCK, HAS_BAMAX=block_amax is not None,
+        HAS_CHOICE=choice is not None, NB=nb, enable_fp_fusion=False,
     )  # fmt: skip
-    return data, scale
-
-
-def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    rows, cols = x2d.shape
-    data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
-    scale = torch.empty(rows, cols // MXFP8_BLOCK, dtype=torch.uint8, device=x2d.device)
-    br, nb = 16, 8
-    grid = (triton.cdiv(rows, br), triton.cdiv(cols // MXFP8_BLOCK, nb))
-    if rows and cols:
-        _mxfp8_kernel[grid](x2d, data, scale, rows, cols, x2d.stride(0), BR=br, NB=nb, enable_fp_fusion=False)
     return data, scale

@@ -19,6 +19,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from fp4convert.formats.segments import BLOCK_ROWS  # rows per program: an NVFP4 16x16 tile's rows
+
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 
 
@@ -170,9 +172,10 @@ def _nvfp4_rows(
 def _nvfp4_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols,
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
-    EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
 ):  # fmt: skip
-    """One ``(segment, first row)`` block per program; the segment's unit amax gives its scales."""
+    """One ``(segment, first row)`` block and one span of ``CH`` column steps per program; the
+    segment's unit amax gives its scales."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -184,27 +187,34 @@ def _nvfp4_seg_kernel(
     orow = tl.load(out_ptr + seg) + r
     amax = tl.load(amax_ptr + tl.load(unit_ptr + seg))
     sdec, mult = _outer(tl.full((BR, 1), 0.0, tl.float32) + amax, PROFILE, GMAX)
-    for c0 in range(0, cols, BC):
-        _nvfp4_rows(
-            src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC
-        )
+    for step in range(CH):
+        c0 = (tl.program_id(1) * CH + step) * BC
+        if c0 < cols:
+            _nvfp4_rows(
+                src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
+                BR, BC,
+            )  # fmt: skip
 
 
 @triton.jit
 def _nvfp4_dense_kernel(
     x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, unit_rows,
     PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
 ):  # fmt: skip
-    """One matrix; row ``i`` takes outer amax ``amax[i // unit_rows]`` (tensor, expert or row scope)."""
+    """One matrix, ``BR`` rows x ``CH`` column steps per program; row ``i`` takes outer amax
+    ``amax[i // unit_rows]`` (tensor, expert or row scope)."""
     r = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = r < rows
     amax = tl.load(amax_ptr + r // unit_rows, mask=rmask, other=1.0)[:, None]
     sdec, mult = _outer(amax, PROFILE, GMAX)
-    for c0 in range(0, cols, BC):
-        _nvfp4_rows(
-            x_ptr, ld, r, rmask, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC
-        )
+    for step in range(CH):
+        c0 = (tl.program_id(1) * CH + step) * BC
+        if c0 < cols:
+            _nvfp4_rows(
+                x_ptr, ld, r, rmask, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
+                BR, BC,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -247,6 +257,7 @@ def _mxfp8_rows(
 def _mxfp8_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, data_ptr, scale_ptr, cols,
     DT: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    CH: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
@@ -256,18 +267,22 @@ def _mxfp8_seg_kernel(
     r = r0 + tl.arange(0, BR)
     rmask = r < tl.load(rows_ptr + seg)
     orow = tl.load(out_ptr + seg) + r
-    for c0 in range(0, cols, BC):
-        _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+    for step in range(CH):
+        c0 = (tl.program_id(1) * CH + step) * BC
+        if c0 < cols:
+            _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
 
 
 @triton.jit
 def _mxfp8_dense_kernel(
     x_ptr, ld, rows, data_ptr, scale_ptr, cols,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
 ):  # fmt: skip
     r = tl.program_id(0) * BR + tl.arange(0, BR)
-    for c0 in range(0, cols, BC):
-        _mxfp8_rows(x_ptr, ld, r, r < rows, r, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+    for step in range(CH):
+        c0 = (tl.program_id(1) * CH + step) * BC
+        if c0 < cols:
+            _mxfp8_rows(x_ptr, ld, r, r < rows, r, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
 
 
 @triton.jit
@@ -304,9 +319,10 @@ def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr
 def _amax_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, cols,
     DT: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    CH: tl.constexpr,
 ):  # fmt: skip
     """Each segment's NaN-ignoring amax into ``out[segment]`` (int32 bits of the float; ``out``
-    starts at 0)."""
+    starts at 0); one program per block of rows and span of ``CH`` column steps."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -316,13 +332,15 @@ def _amax_seg_kernel(
     rmask = r < tl.load(rows_ptr + seg)
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
-    for c0 in range(0, cols, BC):
-        ptrs = src + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
-        if EVEN_R and EVEN_C:
-            x = tl.load(ptrs).to(tl.float32)
-        else:
-            x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
-        acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
+    for step in range(CH):
+        c0 = (tl.program_id(1) * CH + step) * BC
+        if c0 < cols:  # the last span may end past the row
+            ptrs = src + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
+            if EVEN_R and EVEN_C:
+                x = tl.load(ptrs).to(tl.float32)
+            else:
+                x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
+            acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
     # non-negative floats order as their bits, and max is exact in any order: an integer atomic max
     best = tl.max(tl.max(acc, axis=1), axis=0)
     tl.atomic_max(out_ptr + seg, best.to(tl.int32, bitcast=True))
@@ -330,41 +348,45 @@ def _amax_seg_kernel(
 
 @triton.jit
 def _amax_dense_kernel(
-    x_ptr, ld, rows, out_ptr, cols, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr
-):
-    """One matrix's amax into ``out[0]`` (int32 bits): BR rows per program."""
+    x_ptr, ld, rows, out_ptr, cols,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
+):  # fmt: skip
+    """One matrix's amax into ``out[0]`` (int32 bits): BR rows x CH column steps per program."""
     r = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = r < rows
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
-    for c0 in range(0, cols, BC):
-        ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
-        if EVEN_R and EVEN_C:
-            x = tl.load(ptrs).to(tl.float32)
-        else:
-            x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
-        acc = tl.maximum(acc, tl.abs(x))
+    for step in range(CH):
+        c0 = (tl.program_id(1) * CH + step) * BC
+        if c0 < cols:  # the last span may end past the row
+            ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
+            if EVEN_R and EVEN_C:
+                x = tl.load(ptrs).to(tl.float32)
+            else:
+                x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
+            acc = tl.maximum(acc, tl.abs(x))
     best = tl.max(tl.max(acc, axis=1), axis=0)
     tl.atomic_max(out_ptr, best.to(tl.int32, bitcast=True))
 
 
 def tensor_amax(x2d):
-    """NaN-ignoring amax of a contiguous-row matrix: a float32 0-d tensor, two launches."""
+    """NaN-ignoring amax of a contiguous-row matrix: a float32 0-d tensor, two launches (zero, max)."""
     import torch
 
     rows, cols = x2d.shape
     out = torch.zeros(1, dtype=torch.int32, device=x2d.device)
     if rows and cols:
-        br, bc = 16, 256
-        _amax_dense_kernel[(triton.cdiv(rows, br),)](
-            x2d, x2d.stride(0), rows, out, cols, EVEN_R=rows % br == 0, EVEN_C=cols % bc == 0, BR=br, BC=bc,
-            enable_fp_fusion=False,
+        bc = launch_shape(cols, 16)
+        _amax_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, AMAX_STEPS))](
+            x2d, x2d.stride(0), rows, out, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS,
+            BC=bc, CH=AMAX_STEPS, enable_fp_fusion=False,
         )  # fmt: skip
     return out.view(torch.float32).reshape(())
 
 
 def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool):
-    """NVFP4 of one contiguous-row matrix; row ``i`` takes ``amax[i // unit_rows]``."""
+    """NVFP4 of one contiguous-row matrix; row ``i`` takes outer amax ``amax[i // unit_rows]``
+    (float32 on the device: the scales are computed in the kernel)."""
     import torch
 
     rows, cols = x2d.shape
@@ -372,9 +394,10 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=x2d.device)
     if rows and cols:
         bc = launch_shape(cols, 16)
-        _nvfp4_dense_kernel[(triton.cdiv(rows, 16),)](
+        _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, NVFP4_STEPS))](
             x2d, x2d.stride(0), rows, amax, data, scale, cols, unit_rows, PROFILE=code, GMAX=gmax, TILE16=tile16,
-            EVEN_R=rows % 16 == 0, EVEN_C=cols % bc == 0, BR=16, BC=bc, enable_fp_fusion=False,
+            EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=NVFP4_STEPS,
+            enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
 
@@ -388,9 +411,9 @@ def mxfp8_dense(x2d):
     scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device=x2d.device)
     if rows and cols:
         bc = launch_shape(cols, 32)
-        _mxfp8_dense_kernel[(triton.cdiv(rows, 16),)](
-            x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % 16 == 0, EVEN_C=cols % bc == 0, BR=16, BC=bc,
-            enable_fp_fusion=False,
+        _mxfp8_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, MXFP8_STEPS))](
+            x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
+            BR=BLOCK_ROWS, BC=bc, CH=MXFP8_STEPS, enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
 
@@ -411,6 +434,19 @@ def mxfp8_col_dense(x2d):
     return data, scale
 
 
+#: column steps of ``launch_shape`` columns per program, along the second grid axis: a 4096x14336
+#: weight then gets thousands of programs (one per 16 rows and a row loop left the H200 at a quarter
+#: of its bandwidth: bench/device/kernel_lab.py). Per kernel: the amax pass reads only, so longer spans.
+NVFP4_STEPS = 2
+MXFP8_STEPS = 1
+AMAX_STEPS = 4
+
+
+def spans(cols: int, bc: int, steps: int) -> int:
+    """Programs along a row: spans of ``steps`` steps of ``bc`` columns."""
+    return triton.cdiv(cols, bc * steps)
+
+
 def launch_shape(cols: int, block: int) -> int:
     """Columns per inner step: up to 256 for NVFP4 (16 blocks of 16) and MXFP8 (8 blocks of 32),
     never past the row (a power of two; triton ranges must be)."""
@@ -421,6 +457,9 @@ def launch_shape(cols: int, block: int) -> int:
 
 
 __all__ = [
+    "AMAX_STEPS",
+    "MXFP8_STEPS",
+    "NVFP4_STEPS",
     "_amax_dense_kernel",
     "_amax_seg_kernel",
     "_mxfp8_dense_kernel",
@@ -431,5 +470,6 @@ __all__ = [
     "mxfp8_col_dense",
     "mxfp8_dense",
     "nvfp4_dense",
+    "spans",
     "tensor_amax",
 ]

@@ -223,7 +223,8 @@ def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
 
 def nvfp4_matrix(
     x2d: torch.Tensor,
-    row_amax: torch.Tensor,
+    unit_amax: torch.Tensor,
+    unit_rows: int,
     profile: profiles.Profile,
     block_amax: torch.Tensor | None = None,
     *,
@@ -234,7 +235,10 @@ def nvfp4_matrix(
 
     Args:
         x2d: ``(M, N)`` matrix on the CPU or a CUDA device (:func:`has_fast_path` must hold).
-        row_amax: float32 ``(M,)`` outer amax of each row.
+        unit_amax: float32 outer amaxes, one per unit of ``unit_rows`` rows: row ``i`` takes
+            ``unit_amax[i // unit_rows]`` (tensor scope: one amax and ``unit_rows = M``; expert
+            scope: one per expert; row scope: ``unit_rows = 1``).
+        unit_rows: rows per unit.
         profile: arithmetic profile.
         block_amax: optional float32 ``(M, N/16)`` 16x16 tile amaxes (:func:`tile_amax`), used
             instead of each block's own; rows then come in whole tiles (M % 16 == 0) and 4over6
@@ -250,21 +254,27 @@ def nvfp4_matrix(
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
     spec = profiles.profile_spec(profile)
-    # A dense matrix on CUDA takes the one-matrix kernels of _triton.py: on the H200 (bench/quantize.py,
-    # 4096x14336 bf16) they ran at 321 / 332 (16x16) GB/s for NVFP4 and 1058 GB/s for MXFP8, the segment
-    # kernels at 301 / 271 and 637 GB/s (bench/results/quantize-h200-4over6.txt and
-    # quantize-h200-segment-kernels.txt); the segment kernels serve the grouped launches (many tensors
-    # in one), where they win 19x over one call each.
+    code = PROFILE_CODES[spec.chain]
+    unit_amax = unit_amax.reshape(-1).float()
+    if x2d.is_cuda and spec.chain != "4over6" and block_amax is None:
+        # One launch: the scales come from each unit's amax in the kernel, the 16x16 tile amaxes
+        # from the 16 rows each program holds (bench/device/kernel_lab.py measures the shapes).
+        from fp4convert.formats import _triton_segments
+
+        amax = unit_amax.to(x2d.device).contiguous()
+        return _triton_segments.nvfp4_dense(x2d, amax, unit_rows, code, spec.global_max, tile16)
     if tile16 and block_amax is None:
         block_amax = tile_amax(x2d)
-    outer = profiles.outer_scales(row_amax.reshape(rows).to(x2d.device), profile)
+    row_amax = unit_amax if unit_rows == 1 else unit_amax.repeat_interleave(unit_rows)[:rows]
+    outer = profiles.outer_scales(row_amax.to(x2d.device), profile)
     blk = None if block_amax is None else block_amax.float().contiguous()
     tile_rows = 1 if blk is None else NVFP4_BLOCK
-    code = PROFILE_CODES[spec.chain]
     if x2d.is_cuda:
+        if spec.chain != "4over6":
+            raise ValueError("imposed tile amaxes on CUDA are for 4over6 (callers pass tile16 otherwise)")
         from fp4convert.formats import _triton
 
-        return _triton.nvfp4_matrix(x2d, outer, code, spec, blk, tile_rows, choice)
+        return _triton.nvfp4_4over6_matrix(x2d, outer, spec, blk, tile_rows, choice)
     lib = _lib()
     data = torch.empty(rows, cols // 2, dtype=torch.uint8)
     scale = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.uint8)
@@ -306,10 +316,10 @@ def mxfp8_col_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | N
 def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Fast path of :func:`fp4convert.formats.mxfp8.mxfp8_matrix_reference` (same contract)."""
     x2d = contiguous_rows(x2d)
-    if x2d.is_cuda:  # the one-matrix kernel (see nvfp4_matrix)
-        from fp4convert.formats import _triton
+    if x2d.is_cuda:
+        from fp4convert.formats import _triton_segments
 
-        return _triton.mxfp8_matrix(x2d)
+        return _triton_segments.mxfp8_dense(x2d)
     lib = _lib()
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from fp4convert.formats import kernels
-from fp4convert.formats.nvfp4 import NVFP4Tensor, tile_amax
+from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.segments import Sources, mxfp8_segments, nvfp4_segments, unit_amax
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.groups import bind_segments, segments_of
@@ -199,8 +199,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
         unit_amax_ = torch.zeros(int(units), dtype=torch.float32, device=device).scatter_reduce_(
             0, row_unit, kernels.row_amax(x), "amax", include_self=False
         )
-        block_amax = tile_amax(x) if tile == "16x16" else None
-        data, scale = kernels.nvfp4_matrix(x, unit_amax_[row_unit], plan.profile, block_amax)  # type: ignore[arg-type]
+        data, scale = kernels.nvfp4_matrix(x, unit_amax_[row_unit], 1, plan.profile, tile16=tile == "16x16")  # type: ignore[arg-type]
         dtype = x.dtype
     # Dialect global scales are elementwise in the amax: one call for every unit of the batch.
     amaxes = NVFP4Tensor((int(units),), dtype, tile, "tensor", plan.profile, unit_amax_)
