@@ -174,8 +174,8 @@ def _nvfp4_seg_kernel(
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
     EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
 ):  # fmt: skip
-    """One ``(segment, first row)`` block and one span of ``CH`` column steps per program; the
-    segment's unit amax gives its scales."""
+    """One ``(segment, first row)`` block per program, and one span of ``CH`` column steps (``CH``
+    0: the whole row, as grouped launches run); the segment's unit amax gives its scales."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -187,13 +187,20 @@ def _nvfp4_seg_kernel(
     orow = tl.load(out_ptr + seg) + r
     amax = tl.load(amax_ptr + tl.load(unit_ptr + seg))
     sdec, mult = _outer(tl.full((BR, 1), 0.0, tl.float32) + amax, PROFILE, GMAX)
-    for step in range(CH):
-        c0 = (tl.program_id(1) * CH + step) * BC
-        if c0 < cols:
+    if CH == 0:  # the whole row
+        for c0 in range(0, cols, BC):
             _nvfp4_rows(
                 src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
                 BR, BC,
             )  # fmt: skip
+    else:
+        for step in range(CH):
+            c0 = (tl.program_id(1) * CH + step) * BC
+            if c0 < cols:
+                _nvfp4_rows(
+                    src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R,
+                    EVEN_C, BR, BC,
+                )  # fmt: skip
 
 
 @triton.jit
@@ -267,10 +274,14 @@ def _mxfp8_seg_kernel(
     r = r0 + tl.arange(0, BR)
     rmask = r < tl.load(rows_ptr + seg)
     orow = tl.load(out_ptr + seg) + r
-    for step in range(CH):
-        c0 = (tl.program_id(1) * CH + step) * BC
-        if c0 < cols:
+    if CH == 0:  # the whole row
+        for c0 in range(0, cols, BC):
             _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+    else:
+        for step in range(CH):
+            c0 = (tl.program_id(1) * CH + step) * BC
+            if c0 < cols:
+                _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
 
 
 @triton.jit
@@ -283,6 +294,48 @@ def _mxfp8_dense_kernel(
         c0 = (tl.program_id(1) * CH + step) * BC
         if c0 < cols:
             _mxfp8_rows(x_ptr, ld, r, r < rows, r, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+
+
+@triton.jit
+def _mxfp8_bf16_dense_kernel(
+    x_ptr, ld, rows, data_ptr, scale_ptr, cols,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, NB: tl.constexpr,
+):  # fmt: skip
+    """MXFP8 of a bf16 matrix read as 32-bit words, two values each (``ld`` even): a bf16's float32
+    is its bits shifted up, so both halves come from one load without conversions, and their two
+    E4M3 bytes go out as one 16-bit store (1.9 TB/s on the H200 against 1.5 for ``_mxfp8_rows``:
+    bench/device/kernel_lab.py). BR rows x NB blocks of 32 per program."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    blk = tl.program_id(1) * NB + tl.arange(0, NB)
+    k = tl.arange(0, 16)
+    nblocks = cols // 32
+    words = r.to(tl.int64)[:, None, None] * (ld // 2) + blk[None, :, None] * 16 + k[None, None, :]
+    wp = x_ptr.to(tl.pointer_type(tl.uint32))
+    if EVEN_R and EVEN_C:
+        w = tl.load(wp + words)
+    else:
+        m3 = (r < rows)[:, None, None] & (blk < nblocks)[None, :, None]
+        w = tl.load(wp + words, mask=m3, other=0)
+    lo = (w << 16).to(tl.float32, bitcast=True)
+    hi = (w & 0xFFFF0000).to(tl.float32, bitcast=True)
+    # each half's NaN-ignoring max first (an elementwise maximum may propagate NaN: Triton's
+    # interpreter does), then the larger of the two
+    v = tl.maximum(_absmax(lo), _absmax(hi)) * 0.002232142956927418  # rn32(1/448), as in TE
+    b = v.to(tl.uint32, bitcast=True)
+    ex = (b >> 23) & 0xFF
+    man = b & 0x7FFFFF
+    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
+    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
+    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)[:, :, None]
+    pair = (_e4m3_signed(lo * inv) | (_e4m3_signed(hi * inv) << 8)).to(tl.uint16)
+    dp = data_ptr.to(tl.pointer_type(tl.uint16)) + r.to(tl.int64)[:, None, None] * (cols // 2)
+    sp = scale_ptr + r.to(tl.int64)[:, None] * nblocks + blk[None, :]
+    if EVEN_R and EVEN_C:
+        tl.store(dp + blk[None, :, None] * 16 + k[None, None, :], pair)
+        tl.store(sp, sc.to(tl.uint8))
+    else:
+        tl.store(dp + blk[None, :, None] * 16 + k[None, None, :], pair, mask=m3)
+        tl.store(sp, sc.to(tl.uint8), mask=(r < rows)[:, None] & (blk < nblocks)[None, :])
 
 
 @triton.jit
@@ -319,10 +372,9 @@ def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr
 def _amax_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, cols,
     DT: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
-    CH: tl.constexpr,
 ):  # fmt: skip
     """Each segment's NaN-ignoring amax into ``out[segment]`` (int32 bits of the float; ``out``
-    starts at 0); one program per block of rows and span of ``CH`` column steps."""
+    starts at 0); one program per block of rows."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -332,15 +384,13 @@ def _amax_seg_kernel(
     rmask = r < tl.load(rows_ptr + seg)
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
-    for step in range(CH):
-        c0 = (tl.program_id(1) * CH + step) * BC
-        if c0 < cols:  # the last span may end past the row
-            ptrs = src + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
-            if EVEN_R and EVEN_C:
-                x = tl.load(ptrs).to(tl.float32)
-            else:
-                x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
-            acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
+    for c0 in range(0, cols, BC):
+        ptrs = src + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
+        if EVEN_R and EVEN_C:
+            x = tl.load(ptrs).to(tl.float32)
+        else:
+            x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
+        acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
     # non-negative floats order as their bits, and max is exact in any order: an integer atomic max
     best = tl.max(tl.max(acc, axis=1), axis=0)
     tl.atomic_max(out_ptr + seg, best.to(tl.int32, bitcast=True))
@@ -409,7 +459,13 @@ def mxfp8_dense(x2d):
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device=x2d.device)
-    if rows and cols:
+    if rows and cols and x2d.dtype == torch.bfloat16 and x2d.stride(0) % 2 == 0:
+        nb = 8
+        _mxfp8_bf16_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), triton.cdiv(cols // 32, nb))](
+            x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % (32 * nb) == 0,
+            BR=BLOCK_ROWS, NB=nb, enable_fp_fusion=False,
+        )  # fmt: skip
+    elif rows and cols:
         bc = launch_shape(cols, 32)
         _mxfp8_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, MXFP8_STEPS))](
             x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
@@ -434,9 +490,11 @@ def mxfp8_col_dense(x2d):
     return data, scale
 
 
-#: column steps of ``launch_shape`` columns per program, along the second grid axis: a 4096x14336
-#: weight then gets thousands of programs (one per 16 rows and a row loop left the H200 at a quarter
-#: of its bandwidth: bench/device/kernel_lab.py). Per kernel: the amax pass reads only, so longer spans.
+#: column steps of ``launch_shape`` columns per program of a dense launch, along the second grid axis:
+#: a 4096x14336 weight then gets thousands of programs (bench/device/kernel_lab.py on the H200: NVFP4
+#: 69 us, 105 us with one program per 16 rows looping over the row). Per kernel: the amax pass reads
+#: only, so longer spans. Grouped launches (many tensors: thousands of row blocks already) keep one
+#: program per block of rows (``CH`` 0), as measured in bench/live_sync.py.
 NVFP4_STEPS = 2
 MXFP8_STEPS = 1
 AMAX_STEPS = 4
@@ -462,6 +520,7 @@ __all__ = [
     "NVFP4_STEPS",
     "_amax_dense_kernel",
     "_amax_seg_kernel",
+    "_mxfp8_bf16_dense_kernel",
     "_mxfp8_dense_kernel",
     "_mxfp8_seg_kernel",
     "_nvfp4_dense_kernel",

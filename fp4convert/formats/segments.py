@@ -199,11 +199,10 @@ def segment_amax(sources: Sources) -> torch.Tensor:
         ptrs, lds = sources.device_tables()
         out = torch.zeros(len(layout.rows), dtype=torch.int32, device=sources.device)
         bc = ts.launch_shape(layout.cols, 16)  # type: ignore[attr-defined]
-        grid = (tables["tab"].shape[0], ts.spans(layout.cols, bc, ts.AMAX_STEPS))  # type: ignore[attr-defined]
+        grid = (tables["tab"].shape[0],)
         ts._amax_seg_kernel[grid](  # type: ignore[attr-defined]
             tables["tab"], ptrs, lds, tables["rows"], out, layout.cols, DT=_tl_dtype(sources.dtype),
-            EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=ts.AMAX_STEPS,  # type: ignore[attr-defined]
-            enable_fp_fusion=False,
+            EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, enable_fp_fusion=False,
         )  # fmt: skip
         return out.view(torch.float32)
     if sources.device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
@@ -266,12 +265,11 @@ def nvfp4_segments(
         tables = layout.tables(device)
         ptrs, lds = sources.device_tables()
         bc = ts.launch_shape(layout.cols, NVFP4_BLOCK)  # type: ignore[attr-defined]
-        grid = (tables["tab"].shape[0], ts.spans(layout.cols, bc, ts.NVFP4_STEPS))  # type: ignore[attr-defined]
-        ts._nvfp4_seg_kernel[grid](  # type: ignore[attr-defined]
+        ts._nvfp4_seg_kernel[(tables["tab"].shape[0], 1)](  # type: ignore[attr-defined]
             tables["tab"], ptrs, lds, tables["rows"], tables["out"], tables["unit32"], amax.float(),
             data, scale, layout.cols, DT=_tl_dtype(sources.dtype), PROFILE=kernels.PROFILE_CODES[spec.chain],
             GMAX=spec.global_max, TILE16=tile == "16x16", EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0,
-            BR=BLOCK_ROWS, BC=bc, CH=ts.NVFP4_STEPS, enable_fp_fusion=False,  # type: ignore[attr-defined]
+            BR=BLOCK_ROWS, BC=bc, CH=0, enable_fp_fusion=False,
         )  # fmt: skip
         return
     row_amax = amax.float()[layout.tables(amax.device)["row_unit"]]
@@ -295,11 +293,10 @@ def mxfp8_segments(sources: Sources, *, data: torch.Tensor, scale: torch.Tensor)
         tables = layout.tables(device)
         ptrs, lds = sources.device_tables()
         bc = ts.launch_shape(layout.cols, MXFP8_BLOCK)  # type: ignore[attr-defined]
-        grid = (tables["tab"].shape[0], ts.spans(layout.cols, bc, ts.MXFP8_STEPS))  # type: ignore[attr-defined]
-        ts._mxfp8_seg_kernel[grid](  # type: ignore[attr-defined]
+        ts._mxfp8_seg_kernel[(tables["tab"].shape[0], 1)](  # type: ignore[attr-defined]
             tables["tab"], ptrs, lds, tables["rows"], tables["out"], data, scale, layout.cols,
             DT=_tl_dtype(sources.dtype), EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc,
-            CH=ts.MXFP8_STEPS, enable_fp_fusion=False,  # type: ignore[attr-defined]
+            CH=0, enable_fp_fusion=False,
         )  # fmt: skip
         return
     if device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
