@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FP4C_ABI_VERSION 2
+#define FP4C_ABI_VERSION 3
 
 enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };
 /* kernels.PROFILE_CODES; 3 (4over6) has its own entry point, fp4c_nvfp4_4over6_rows */
@@ -185,6 +185,57 @@ void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_
     }
 }
 
+/* NaN-ignoring amax of rows [r0, r1) as one value (a max of maxima: order-free, so task
+ * partials combine to the same bits). */
+FP4C_CLONES
+float fp4c_absmax_range(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
+    int esize = dtype == DT_F32 ? 4 : 2;
+    uint32_t m = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+        const char *row = (const char *)src + r * ld * esize;
+        if (dtype == DT_BF16) {
+            const uint16_t *h = (const uint16_t *)row;
+            for (int64_t i = 0; i < cols; ++i) {
+                uint32_t a = abs_bits(u2f(((uint32_t)h[i]) << 16));
+                m = a > m ? a : m;
+            }
+        } else {
+            for (int64_t i = 0; i < cols; ++i) {
+                uint32_t a = abs_bits(load(row, dtype, i));
+                m = a > m ? a : m;
+            }
+        }
+    }
+    return u2f(m);
+}
+
+/*
+ * NaN and infinity counts of n contiguous elements (out[0] NaN, out[1] +-inf), on the bit
+ * patterns: all-ones exponent with a zero mantissa is inf, with any other mantissa NaN.
+ */
+FP4C_CLONES
+void fp4c_nonfinite_count(const void *src, int dtype, int64_t n, int64_t *out) {
+    int64_t nan = 0, inf = 0;
+    if (dtype == DT_F32) {
+        const uint32_t *u = (const uint32_t *)src;
+        for (int64_t i = 0; i < n; ++i) {
+            uint32_t a = u[i] & 0x7FFFFFFFu;
+            nan += a > 0x7F800000u;
+            inf += a == 0x7F800000u;
+        }
+    } else {
+        const uint16_t exp = dtype == DT_BF16 ? 0x7F80u : 0x7C00u;
+        const uint16_t *h = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; ++i) {
+            uint16_t a = h[i] & 0x7FFFu;
+            nan += a > exp;
+            inf += a == exp;
+        }
+    }
+    out[0] = nan;
+    out[1] = inf;
+}
+
 /*
  * NaN-ignoring 16x16 tile amaxes of rows [r0, r1) (multiples of 16), each tile's value written to
  * all 16 of its rows: out is (rows, cols/16), the block_amax the NVFP4 kernels take for 16x16 tiles.
@@ -232,15 +283,36 @@ static inline uint8_t nvfp4_block_scale(float amax, float sdec, float mlt, int p
 }
 
 /*
- * NVFP4 1x16 rows [r0, r1) of a (rows, cols) matrix with row stride ld (elements).
- * s_dec[r], mult[r]: the row's outer scales (profiles.OuterScales). block_amax: NULL, or a
- * (rows, cols/16) float array used instead of each block's own amax (16x16 tiles).
+ * The outer scales (profiles.outer_scales: s_dec, mult) of one unit amax, with exactly its float32
+ * operations (and _triton_segments._outer's): te / te-2.13 S_enc = gmax / A, inf -> FLT_MAX, 1 where
+ * A == 0 or S_enc == 0, S_dec = 1 / S_enc, mult = S_enc * rn(1/6) (te) or S_enc (te-2.13); modelopt
+ * s2 = A / gmax, mult = s2 * 6.
+ */
+static inline void outer_scale(float a, int profile, float gmax, float *s_dec, float *mult) {
+    if (profile == PROFILE_MODELOPT) {
+        float s2 = a / gmax;
+        *s_dec = s2;
+        *mult = s2 * 6.0f;
+        return;
+    }
+    float s_enc = gmax / a;
+    if ((f2u(s_enc) & 0x7FFFFFFFu) == 0x7F800000u) s_enc = FLT_MAX_F; /* torch.isinf: either sign */
+    if (a == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+    *s_dec = 1.0f / s_enc;
+    *mult = profile == PROFILE_TE ? s_enc * (1.0f / 6.0f) : s_enc;
+}
+
+/*
+ * NVFP4 1x16 rows [r0, r1) of a (rows, cols) matrix with row stride ld (elements). The outer scales
+ * of row r come from s_dec[r] / mult[r] (profiles.OuterScales) or, when unit_amax is not NULL, are
+ * computed here from unit_amax[r / unit_rows] (outer_scale). block_amax: NULL, or a (rows, cols/16)
+ * float array used instead of each block's own amax (16x16 tiles).
  * Writes data (rows, cols/2) and scale (rows, cols/16).
  */
-FP4C_CLONES
-void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
-                     const float *s_dec, const float *mult, const float *block_amax, int profile,
-                     uint8_t *out_data, uint8_t *out_scale) {
+static inline void nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                              const float *s_dec, const float *mult, const float *unit_amax, int64_t unit_rows,
+                              float gmax, const float *block_amax, int profile, uint8_t *out_data,
+                              uint8_t *out_scale) {
     init_lut();
     int esize = dtype == DT_F32 ? 4 : 2;
     int64_t nb = cols / 16;
@@ -252,12 +324,15 @@ void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t
         float x[MAX_COLS_STACK], amax[MAX_COLS_STACK / 16], factor[MAX_COLS_STACK / 16];
         uint8_t codes[MAX_COLS_STACK];
         for (int64_t r = r0; r < r1; ++r) {
+            float row_sdec, row_mult;
+            if (unit_amax) outer_scale(unit_amax[r / unit_rows], profile, gmax, &row_sdec, &row_mult);
+            else { row_sdec = s_dec[r]; row_mult = mult[r]; }
             const char *row = (const char *)src + (r * ld + c0) * esize;
             widen_row(row, dtype, width, x);
             if (block_amax) memcpy(amax, block_amax + r * nb + c0 / 16, (size_t)nbc * sizeof(float));
             else blocks_amax(x, nbc, 16, amax);
             uint8_t *scale = out_scale + r * nb + c0 / 16;
-            for (int64_t b = 0; b < nbc; ++b) scale[b] = nvfp4_block_scale(amax[b], s_dec[r], mult[r], profile, &factor[b]);
+            for (int64_t b = 0; b < nbc; ++b) scale[b] = nvfp4_block_scale(amax[b], row_sdec, row_mult, profile, &factor[b]);
             /* one fixed-length inner loop per block: a single vector on AVX-512 */
             if (profile == PROFILE_MODELOPT) {
                 for (int64_t b = 0; b < nbc; ++b) {
@@ -274,6 +349,27 @@ void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t
             for (int64_t i = 0; i < width / 2; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
         }
     }
+}
+
+/* NVFP4 rows with per-row outer scales given (s_dec[r], mult[r]): the segment kernels' entry point. */
+FP4C_CLONES
+void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                     const float *s_dec, const float *mult, const float *block_amax, int profile,
+                     uint8_t *out_data, uint8_t *out_scale) {
+    nvfp4_rows(src, dtype, r0, r1, cols, ld, s_dec, mult, NULL, 1, 0.0f, block_amax, profile, out_data, out_scale);
+}
+
+/*
+ * NVFP4 rows whose outer scales are computed here: row r takes the outer amax
+ * unit_amax[r / unit_rows] (tensor scope: one amax, unit_rows = rows; expert scope: one per
+ * expert; row scope: unit_rows = 1) and gmax, the profile's global bound (profiles.ProfileSpec).
+ */
+FP4C_CLONES
+void fp4c_nvfp4_unit_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                          const float *unit_amax, int64_t unit_rows, float gmax, const float *block_amax,
+                          int profile, uint8_t *out_data, uint8_t *out_scale) {
+    nvfp4_rows(src, dtype, r0, r1, cols, ld, NULL, NULL, unit_amax, unit_rows, gmax, block_amax, profile, out_data,
+               out_scale);
 }
 
 /* Magnitude of E2M1 code m (0..7): 0, .5, 1, 1.5, 2, 3, 4, 6 (select chain: vectorizes). */
