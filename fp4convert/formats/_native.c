@@ -161,28 +161,44 @@ static inline uint8_t e2m1_any(float y, int signed_zero) {
     return (uint8_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7u : code);
 }
 
+/*
+ * Largest NaN-ignoring magnitude bits of n 16-bit floats (bf16: NaN above 0x7F80, fp16: above
+ * 0x7C00). Non-negative bit patterns order like their values, so the maximum is taken on 16-bit
+ * integers: twice the lanes of a float32 maximum, and no widening.
+ */
+static inline uint16_t absmax_bits16(const uint16_t *h, int64_t n, uint16_t inf_bits) {
+    uint16_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint16_t a = (uint16_t)(h[i] & 0x7FFFu);
+        uint16_t keep = (uint16_t)(0u - (unsigned)(a <= inf_bits)); /* NaN -> 0, as masks: vectorizes */
+        a = (uint16_t)(a & keep);
+        m = m > a ? m : a;
+    }
+    return m;
+}
+
+static inline uint32_t absmax_bits32(const float *x, int64_t n) {
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t a = abs_bits(x[i]);
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* NaN-ignoring amax of one row as float32 (widening the 16-bit maximum is exact). */
+static inline float row_absmax(const char *row, int dtype, int64_t cols) {
+    if (dtype == DT_BF16) return u2f((uint32_t)absmax_bits16((const uint16_t *)row, cols, 0x7F80u) << 16);
+    if (dtype == DT_F16) return half_to_float(absmax_bits16((const uint16_t *)row, cols, 0x7C00u));
+    return u2f(absmax_bits32((const float *)row, cols));
+}
+
 /* Per-row NaN-ignoring amax of rows [r0, r1). */
 FP4C_CLONES
 void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols,
                       int64_t ld, float *out) {
     int esize = dtype == DT_F32 ? 4 : 2;
-    for (int64_t r = r0; r < r1; ++r) {
-        const char *row = (const char *)src + r * ld * esize;
-        uint32_t m = 0;
-        if (dtype == DT_BF16) {
-            const uint16_t *h = (const uint16_t *)row;
-            for (int64_t i = 0; i < cols; ++i) {
-                uint32_t a = abs_bits(u2f(((uint32_t)h[i]) << 16));
-                m = a > m ? a : m;
-            }
-        } else {
-            for (int64_t i = 0; i < cols; ++i) {
-                uint32_t a = abs_bits(load(row, dtype, i));
-                m = a > m ? a : m;
-            }
-        }
-        out[r] = u2f(m);
-    }
+    for (int64_t r = r0; r < r1; ++r) out[r] = row_absmax((const char *)src + r * ld * esize, dtype, cols);
 }
 
 /* NaN-ignoring amax of rows [r0, r1) as one value (a max of maxima: order-free, so task
@@ -190,46 +206,51 @@ void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_
 FP4C_CLONES
 float fp4c_absmax_range(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
     int esize = dtype == DT_F32 ? 4 : 2;
-    uint32_t m = 0;
+    float m = 0.0f;
     for (int64_t r = r0; r < r1; ++r) {
-        const char *row = (const char *)src + r * ld * esize;
-        if (dtype == DT_BF16) {
-            const uint16_t *h = (const uint16_t *)row;
-            for (int64_t i = 0; i < cols; ++i) {
-                uint32_t a = abs_bits(u2f(((uint32_t)h[i]) << 16));
-                m = a > m ? a : m;
-            }
-        } else {
-            for (int64_t i = 0; i < cols; ++i) {
-                uint32_t a = abs_bits(load(row, dtype, i));
-                m = a > m ? a : m;
-            }
-        }
+        float a = row_absmax((const char *)src + r * ld * esize, dtype, cols);
+        m = a > m ? a : m;
     }
-    return u2f(m);
+    return m;
 }
 
 /*
  * NaN and infinity counts of n contiguous elements (out[0] NaN, out[1] +-inf), on the bit
- * patterns: all-ones exponent with a zero mantissa is inf, with any other mantissa NaN.
+ * patterns: all-ones exponent with a zero mantissa is inf, with any other mantissa NaN. A first
+ * pass takes the largest magnitude bits (a vectorized integer maximum, at memory speed); only a
+ * tensor that has a non-finite value is counted.
  */
 FP4C_CLONES
 void fp4c_nonfinite_count(const void *src, int dtype, int64_t n, int64_t *out) {
     int64_t nan = 0, inf = 0;
     if (dtype == DT_F32) {
         const uint32_t *u = (const uint32_t *)src;
+        uint32_t m = 0;
         for (int64_t i = 0; i < n; ++i) {
             uint32_t a = u[i] & 0x7FFFFFFFu;
-            nan += a > 0x7F800000u;
-            inf += a == 0x7F800000u;
+            m = a > m ? a : m;
+        }
+        if (m >= 0x7F800000u) {
+            for (int64_t i = 0; i < n; ++i) {
+                uint32_t a = u[i] & 0x7FFFFFFFu;
+                nan += a > 0x7F800000u;
+                inf += a == 0x7F800000u;
+            }
         }
     } else {
         const uint16_t exp = dtype == DT_BF16 ? 0x7F80u : 0x7C00u;
         const uint16_t *h = (const uint16_t *)src;
+        uint16_t m = 0;
         for (int64_t i = 0; i < n; ++i) {
             uint16_t a = h[i] & 0x7FFFu;
-            nan += a > exp;
-            inf += a == exp;
+            m = a > m ? a : m;
+        }
+        if (m >= exp) {
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t a = h[i] & 0x7FFFu;
+                nan += a > exp;
+                inf += a == exp;
+            }
         }
     }
     out[0] = nan;
