@@ -172,7 +172,7 @@ def main() -> None:
         report(f"amax: 2d BR={br} BC={bc} CH={ch} warps={w}", t, "", 1, "bytes ==" if ok else "BYTES DIFFER")
 
     # NVFP4 te, tensor scope, amax given; reference bytes: the CPU kernel on the same values
-    d0, s0 = (t.cuda() for t in kernels.nvfp4_matrix(x.cpu(), amax_ref.cpu().reshape(1), rows, "te"))
+    d0, s0 = (t.cuda() for t in kernels.nvfp4_units(x.cpu(), amax_ref.cpu().reshape(1), rows, "te"))
     dense = lambda: _triton_segments.nvfp4_dense(x, amax_ref.reshape(1), rows, 0, 2688.0, False)  # noqa: E731
     got = dense()
     ok = torch.equal(got[0], d0) and torch.equal(got[1], s0)

@@ -6,9 +6,9 @@ one positional read per stored range, no mmap; quantized and fused sources decod
 :class:`~fp4convert.checkpoint.file_hashes.SourceHashes`, which computes every shard's sha256 from
 them (one thread per file, so files hash in parallel): the manifest's source hashes cost no second
 pass over the source in the usual, front-to-back order. It also counts the NaN and infinite
-values of every logical tensor it serves (:func:`nonfinite_counts`: one min/max pass, an exact
-count only for a tensor that has any), so a conversion can refuse NaN weights, or record them,
-without a pass of its own.
+values of every logical tensor it serves (:func:`nonfinite_counts`: one native pass over the bits,
+or a torch min/max pass with an exact count only for a tensor that has any), so a conversion can
+refuse NaN weights, or record them, without a pass of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from fp4convert.checkpoint.decode.read import SourceDecoder, decode_unit
 from fp4convert.checkpoint.file_hashes import SourceHashes
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
+from fp4convert.formats import kernels
 
 __all__ = ["SourceReader", "nonfinite_counts"]
 
@@ -28,8 +29,10 @@ __all__ = ["SourceReader", "nonfinite_counts"]
 def nonfinite_counts(tensor: torch.Tensor) -> dict[str, int]:
     """``{"nan": n, "inf": m}`` of a tensor, empty when every value is finite (or it is not floating).
 
-    One ``aminmax`` pass decides (NaN propagates into both, an infinity shows as one of them); only
-    a tensor with a non-finite value is counted exactly.
+    A bf16/fp16/fp32 tensor is counted in one native pass (no torch op, which matters on reader
+    threads that run next to many quantizing ones); otherwise one ``aminmax`` pass decides (NaN
+    propagates into both, an infinity shows as one of them) and only a tensor with a non-finite
+    value is counted exactly.
 
     Example:
         >>> nonfinite_counts(torch.tensor([1.0, float("nan"), float("-inf"), float("inf")]))
@@ -39,6 +42,9 @@ def nonfinite_counts(tensor: torch.Tensor) -> dict[str, int]:
     """
     if not tensor.is_floating_point() or tensor.numel() == 0 or tensor.element_size() == 1:
         return {}  # FP8 sources are decoded (or refused) before this; one-byte floats have no aminmax
+    counted = kernels.nonfinite_counts(tensor)
+    if counted is not None:
+        return {k: v for k, v in zip(("nan", "inf"), counted, strict=True) if v}
     low, high = torch.aminmax(tensor)
     if bool(torch.isfinite(low)) and bool(torch.isfinite(high)):
         return {}

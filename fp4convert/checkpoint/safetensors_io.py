@@ -14,6 +14,8 @@ import hashlib
 import json
 import os
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,8 +172,8 @@ def read_header(path: str | Path) -> tuple[dict[str, TensorEntry], dict[str, str
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
         with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
             raw_len = f.read(8)
             if len(raw_len) != 8:
                 raise CheckpointError(f"{path}: too short to be a safetensors file", file=str(path))
@@ -185,6 +187,10 @@ def read_header(path: str | Path) -> tuple[dict[str, TensorEntry], dict[str, str
             raw = f.read(header_len)
     except OSError as exc:
         raise CheckpointError(f"{path}: unreadable ({exc})", file=str(path)) from exc
+    key = (size, raw)  # all the parse depends on: an unchanged header in a file of the same size
+    cached = _cached_header(key)
+    if cached is not None:
+        return dict(cached[0]), dict(cached[1])
     try:
         entries, metadata = _parse_header(raw, 8 + header_len, size - 8 - header_len)
     except _Malformed as exc:
@@ -194,7 +200,35 @@ def read_header(path: str | Path) -> tuple[dict[str, TensorEntry], dict[str, str
             hint="the file is truncated, corrupt or not safetensors; re-download it",
             **fields,
         ) from None
-    return {e.name: e for e in entries}, dict(metadata)
+    parsed = {e.name: e for e in entries}, dict(metadata)
+    _remember_header(key, parsed)
+    return dict(parsed[0]), dict(parsed[1])
+
+
+# Parsed headers by (file size, header bytes): a conversion reads each header several times
+# (planning, writing, reading back, verifying: serial Python JSON parsing and checking of every
+# entry), while reading the header bytes again is cheap. Keyed on the bytes themselves, a changed
+# file can never be served a stale parse (file timestamps are too coarse for that). Callers get
+# fresh dicts (entries are frozen).
+_HeaderKey = tuple[int, bytes]
+_HEADER_CACHE: OrderedDict[_HeaderKey, tuple[dict[str, TensorEntry], dict[str, str]]] = OrderedDict()
+_HEADER_CACHE_FILES = 256
+_HEADER_CACHE_LOCK = threading.Lock()
+
+
+def _cached_header(key: _HeaderKey) -> tuple[dict[str, TensorEntry], dict[str, str]] | None:
+    with _HEADER_CACHE_LOCK:
+        found = _HEADER_CACHE.get(key)
+        if found is not None:
+            _HEADER_CACHE.move_to_end(key)
+        return found
+
+
+def _remember_header(key: _HeaderKey, parsed: tuple[dict[str, TensorEntry], dict[str, str]]) -> None:
+    with _HEADER_CACHE_LOCK:
+        _HEADER_CACHE[key] = parsed
+        while len(_HEADER_CACHE) > _HEADER_CACHE_FILES:
+            _HEADER_CACHE.popitem(last=False)
 
 
 class SafetensorsFile:

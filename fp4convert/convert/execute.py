@@ -88,6 +88,11 @@ class ConversionReport:
             ``device``, ``workers`` (its threads), ``files`` (output shards it wrote),
             ``source_bytes`` (the source bytes they are made from), ``hashed_files`` (source files
             it hashed) and ``seconds`` (its shard phase: read, quantize, hash, write, read back).
+        phases: seconds of this process's phases, in order: ``plan`` (open, plan, validate),
+            ``staging`` (the partial folder and journal), ``shards`` (read, quantize, hash, write,
+            read back), ``manifest`` (side-file hashes, config, index, manifest), ``verify``,
+            ``publish``; phases a rank does not run (every one after ``shards`` but on rank 0) are
+            left out.
     """
 
     destination: str
@@ -104,6 +109,21 @@ class ConversionReport:
     resumed_files: list[str] = field(default_factory=list)
     nonfinite: dict[str, dict[str, int]] = field(default_factory=dict)
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+class _Phases:
+    """Wall seconds per phase, each lap from the end of the previous one (what ``--json`` shows
+    as :attr:`ConversionReport.phases`, to see where a run's time goes)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._mark = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._mark
+        self._mark = now
 
 
 @contextmanager
@@ -356,6 +376,7 @@ def _convert(
     team: Team,
 ) -> ConversionReport:
     started = time.perf_counter()
+    phases = _Phases()
     ckpt = open_checkpoint(source_path)
     the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
     the_dialect = get_dialect(dialect, per_token_activations=the_contract.formats.nvfp4.per_token_activations)
@@ -376,6 +397,7 @@ def _convert(
             "allow_nonfinite": allow_nonfinite,
         },
     )
+    phases.lap("plan")
     journal = None
     staging: Path | None = None
     try:
@@ -390,9 +412,11 @@ def _convert(
         check_shared_staging(staging, team)
         if team.is_root:
             hook("plan", {"files": len(plan.by_output_file()), "tensors": len(plan.items), "bytes": plan.source_bytes})
+        phases.lap("staging")
         shards, resumed, ranks = _convert_shards(
             plan, staging, journal, team, device=team.device(device), workers=workers, calibration=calib, hook=hook
         )
+        phases.lap("shards")
         outcome: dict[str, Any] = {}
         if team.is_root:
             assert journal is not None
@@ -402,8 +426,9 @@ def _convert(
             # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
             hub_commit = None if Path(location).is_dir() else source_path.name
             outcome = _publish(
-                plan, ckpt, staging, destination, journal, shards, location, hub_commit, revision, device, calibration
-            )
+                plan, ckpt, staging, destination, journal, shards, location, hub_commit, revision, device, calibration,
+                phases,
+            )  # fmt: skip
             outcome["ranks"] = ranks
     except CheckpointError as exc:
         if exc.fields.get("errno") is None or staging is None:
@@ -433,6 +458,7 @@ def _convert(
         resumed_files=resumed,
         nonfinite=outcome["nonfinite"],
         ranks=outcome["ranks"],
+        phases=phases.seconds,
     )
 
 
@@ -448,6 +474,7 @@ def _publish(
     revision: str | None,
     device: str,
     calibration: str | Path | None,
+    phases: _Phases,
 ) -> dict[str, Any]:
     """Rank 0, once every shard is written: config, index, side files and manifest, verify, publish."""
     for name in ("config.json", *ckpt.other_files):
@@ -464,7 +491,9 @@ def _publish(
         nonfinite=shards.nonfinite,
     )
     total = finish_output(staging, plan, manifest)
+    phases.lap("manifest")
     report = verify_checkpoint(staging, read_back=shards.read_back, ignore_files=(JOURNAL,))
+    phases.lap("verify")
     if not report.ok:
         raise ConversionError(
             f"the written output failed verification: {report.summary()}",
@@ -473,4 +502,5 @@ def _publish(
         )
     journal.remove()
     publish(staging, destination)
+    phases.lap("publish")
     return {"formats": manifest["formats"], "output_bytes": total, "nonfinite": shards.nonfinite}

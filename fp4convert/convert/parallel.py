@@ -46,12 +46,19 @@ from fp4convert.checkpoint.positional_writer import PositionalWriter
 from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import read_header
 from fp4convert.convert.shards import SHARD_METADATA, ProgressHook
+from fp4convert.formats import kernels
 from fp4convert.plan import ConversionPlan, PlannedTensor, input_amax, member_amax, quantize_tensor
 
 __all__ = ["ShardJob", "ShardResults", "default_readers", "write_shards"]
 
 _READ_BACK_BATCH = 16 << 20  # bytes of output tensors read back per task
 _WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background fdatasyncs
+# A quantizing worker runs a tensor's CPU kernel in its own thread below this many source bytes:
+# the other workers keep the cores busy, and splitting each tensor again over the kernel pool
+# (futures, wake-ups, GIL round trips per tensor) cost more than it balanced. 64 MiB takes one core
+# about 50 ms (~1.3 GB/s per core for amax + NVFP4): a worker left alone with it at the end of a
+# run costs little, while an embedding or lm_head (hundreds of MB) is still split over every core.
+_SPLIT_ABOVE_BYTES = 64 << 20
 
 
 def default_readers(workers: int) -> int:
@@ -160,7 +167,9 @@ class _Run:
             max(1, job.workers),
             thread_name_prefix="fp4convert-quantize",
             # the current CUDA device is per thread: the kernels launch on the job's GPU
-            initializer=(lambda: torch.cuda.set_device(index)) if index is not None else None,
+            initializer=(lambda: torch.cuda.set_device(index))
+            if index is not None
+            else (lambda: kernels.set_split_threshold(_SPLIT_ABOVE_BYTES)),
         )
         # Triton's runtime is not safe against concurrent first launches (it compiles then): one
         # thread at a time on the GPU; hashing, writing and reading still run on every thread.

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FP4C_ABI_VERSION 2
+#define FP4C_ABI_VERSION 3
 
 enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };
 /* kernels.PROFILE_CODES; 3 (4over6) has its own entry point, fp4c_nvfp4_4over6_rows */
@@ -161,28 +161,100 @@ static inline uint8_t e2m1_any(float y, int signed_zero) {
     return (uint8_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7u : code);
 }
 
+/*
+ * Largest NaN-ignoring magnitude bits of n 16-bit floats (bf16: NaN above 0x7F80, fp16: above
+ * 0x7C00). Non-negative bit patterns order like their values, so the maximum is taken on 16-bit
+ * integers: twice the lanes of a float32 maximum, and no widening.
+ */
+static inline uint16_t absmax_bits16(const uint16_t *h, int64_t n, uint16_t inf_bits) {
+    uint16_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint16_t a = (uint16_t)(h[i] & 0x7FFFu);
+        uint16_t keep = (uint16_t)(0u - (unsigned)(a <= inf_bits)); /* NaN -> 0, as masks: vectorizes */
+        a = (uint16_t)(a & keep);
+        m = m > a ? m : a;
+    }
+    return m;
+}
+
+static inline uint32_t absmax_bits32(const float *x, int64_t n) {
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t a = abs_bits(x[i]);
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* NaN-ignoring amax of one row as float32 (widening the 16-bit maximum is exact). */
+static inline float row_absmax(const char *row, int dtype, int64_t cols) {
+    if (dtype == DT_BF16) return u2f((uint32_t)absmax_bits16((const uint16_t *)row, cols, 0x7F80u) << 16);
+    if (dtype == DT_F16) return half_to_float(absmax_bits16((const uint16_t *)row, cols, 0x7C00u));
+    return u2f(absmax_bits32((const float *)row, cols));
+}
+
 /* Per-row NaN-ignoring amax of rows [r0, r1). */
 FP4C_CLONES
 void fp4c_absmax_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols,
                       int64_t ld, float *out) {
     int esize = dtype == DT_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; ++r) out[r] = row_absmax((const char *)src + r * ld * esize, dtype, cols);
+}
+
+/* NaN-ignoring amax of rows [r0, r1) as one value (a max of maxima: order-free, so task
+ * partials combine to the same bits). */
+FP4C_CLONES
+float fp4c_absmax_range(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld) {
+    int esize = dtype == DT_F32 ? 4 : 2;
+    float m = 0.0f;
     for (int64_t r = r0; r < r1; ++r) {
-        const char *row = (const char *)src + r * ld * esize;
+        float a = row_absmax((const char *)src + r * ld * esize, dtype, cols);
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/*
+ * NaN and infinity counts of n contiguous elements (out[0] NaN, out[1] +-inf), on the bit
+ * patterns: all-ones exponent with a zero mantissa is inf, with any other mantissa NaN. A first
+ * pass takes the largest magnitude bits (a vectorized integer maximum, at memory speed); only a
+ * tensor that has a non-finite value is counted.
+ */
+FP4C_CLONES
+void fp4c_nonfinite_count(const void *src, int dtype, int64_t n, int64_t *out) {
+    int64_t nan = 0, inf = 0;
+    if (dtype == DT_F32) {
+        const uint32_t *u = (const uint32_t *)src;
         uint32_t m = 0;
-        if (dtype == DT_BF16) {
-            const uint16_t *h = (const uint16_t *)row;
-            for (int64_t i = 0; i < cols; ++i) {
-                uint32_t a = abs_bits(u2f(((uint32_t)h[i]) << 16));
-                m = a > m ? a : m;
-            }
-        } else {
-            for (int64_t i = 0; i < cols; ++i) {
-                uint32_t a = abs_bits(load(row, dtype, i));
-                m = a > m ? a : m;
+        for (int64_t i = 0; i < n; ++i) {
+            uint32_t a = u[i] & 0x7FFFFFFFu;
+            m = a > m ? a : m;
+        }
+        if (m >= 0x7F800000u) {
+            for (int64_t i = 0; i < n; ++i) {
+                uint32_t a = u[i] & 0x7FFFFFFFu;
+                nan += a > 0x7F800000u;
+                inf += a == 0x7F800000u;
             }
         }
-        out[r] = u2f(m);
+    } else {
+        const uint16_t exp = dtype == DT_BF16 ? 0x7F80u : 0x7C00u;
+        const uint16_t *h = (const uint16_t *)src;
+        uint16_t m = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            uint16_t a = h[i] & 0x7FFFu;
+            m = a > m ? a : m;
+        }
+        if (m >= exp) {
+            for (int64_t i = 0; i < n; ++i) {
+                uint16_t a = h[i] & 0x7FFFu;
+                nan += a > exp;
+                inf += a == exp;
+            }
+        }
     }
+    out[0] = nan;
+    out[1] = inf;
 }
 
 /*
@@ -232,15 +304,36 @@ static inline uint8_t nvfp4_block_scale(float amax, float sdec, float mlt, int p
 }
 
 /*
- * NVFP4 1x16 rows [r0, r1) of a (rows, cols) matrix with row stride ld (elements).
- * s_dec[r], mult[r]: the row's outer scales (profiles.OuterScales). block_amax: NULL, or a
- * (rows, cols/16) float array used instead of each block's own amax (16x16 tiles).
+ * The outer scales (profiles.outer_scales: s_dec, mult) of one unit amax, with exactly its float32
+ * operations (and _triton_segments._outer's): te / te-2.13 S_enc = gmax / A, inf -> FLT_MAX, 1 where
+ * A == 0 or S_enc == 0, S_dec = 1 / S_enc, mult = S_enc * rn(1/6) (te) or S_enc (te-2.13); modelopt
+ * s2 = A / gmax, mult = s2 * 6.
+ */
+static inline void outer_scale(float a, int profile, float gmax, float *s_dec, float *mult) {
+    if (profile == PROFILE_MODELOPT) {
+        float s2 = a / gmax;
+        *s_dec = s2;
+        *mult = s2 * 6.0f;
+        return;
+    }
+    float s_enc = gmax / a;
+    if ((f2u(s_enc) & 0x7FFFFFFFu) == 0x7F800000u) s_enc = FLT_MAX_F; /* torch.isinf: either sign */
+    if (a == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+    *s_dec = 1.0f / s_enc;
+    *mult = profile == PROFILE_TE ? s_enc * (1.0f / 6.0f) : s_enc;
+}
+
+/*
+ * NVFP4 1x16 rows [r0, r1) of a (rows, cols) matrix with row stride ld (elements). The outer scales
+ * of row r come from s_dec[r] / mult[r] (profiles.OuterScales) or, when unit_amax is not NULL, are
+ * computed here from unit_amax[r / unit_rows] (outer_scale). block_amax: NULL, or a (rows, cols/16)
+ * float array used instead of each block's own amax (16x16 tiles).
  * Writes data (rows, cols/2) and scale (rows, cols/16).
  */
-FP4C_CLONES
-void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
-                     const float *s_dec, const float *mult, const float *block_amax, int profile,
-                     uint8_t *out_data, uint8_t *out_scale) {
+static inline void nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                              const float *s_dec, const float *mult, const float *unit_amax, int64_t unit_rows,
+                              float gmax, const float *block_amax, int profile, uint8_t *out_data,
+                              uint8_t *out_scale) {
     init_lut();
     int esize = dtype == DT_F32 ? 4 : 2;
     int64_t nb = cols / 16;
@@ -252,12 +345,15 @@ void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t
         float x[MAX_COLS_STACK], amax[MAX_COLS_STACK / 16], factor[MAX_COLS_STACK / 16];
         uint8_t codes[MAX_COLS_STACK];
         for (int64_t r = r0; r < r1; ++r) {
+            float row_sdec, row_mult;
+            if (unit_amax) outer_scale(unit_amax[r / unit_rows], profile, gmax, &row_sdec, &row_mult);
+            else { row_sdec = s_dec[r]; row_mult = mult[r]; }
             const char *row = (const char *)src + (r * ld + c0) * esize;
             widen_row(row, dtype, width, x);
             if (block_amax) memcpy(amax, block_amax + r * nb + c0 / 16, (size_t)nbc * sizeof(float));
             else blocks_amax(x, nbc, 16, amax);
             uint8_t *scale = out_scale + r * nb + c0 / 16;
-            for (int64_t b = 0; b < nbc; ++b) scale[b] = nvfp4_block_scale(amax[b], s_dec[r], mult[r], profile, &factor[b]);
+            for (int64_t b = 0; b < nbc; ++b) scale[b] = nvfp4_block_scale(amax[b], row_sdec, row_mult, profile, &factor[b]);
             /* one fixed-length inner loop per block: a single vector on AVX-512 */
             if (profile == PROFILE_MODELOPT) {
                 for (int64_t b = 0; b < nbc; ++b) {
@@ -274,6 +370,27 @@ void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t
             for (int64_t i = 0; i < width / 2; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));
         }
     }
+}
+
+/* NVFP4 rows with per-row outer scales given (s_dec[r], mult[r]): the segment kernels' entry point. */
+FP4C_CLONES
+void fp4c_nvfp4_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                     const float *s_dec, const float *mult, const float *block_amax, int profile,
+                     uint8_t *out_data, uint8_t *out_scale) {
+    nvfp4_rows(src, dtype, r0, r1, cols, ld, s_dec, mult, NULL, 1, 0.0f, block_amax, profile, out_data, out_scale);
+}
+
+/*
+ * NVFP4 rows whose outer scales are computed here: row r takes the outer amax
+ * unit_amax[r / unit_rows] (tensor scope: one amax, unit_rows = rows; expert scope: one per
+ * expert; row scope: unit_rows = 1) and gmax, the profile's global bound (profiles.ProfileSpec).
+ */
+FP4C_CLONES
+void fp4c_nvfp4_unit_rows(const void *src, int dtype, int64_t r0, int64_t r1, int64_t cols, int64_t ld,
+                          const float *unit_amax, int64_t unit_rows, float gmax, const float *block_amax,
+                          int profile, uint8_t *out_data, uint8_t *out_scale) {
+    nvfp4_rows(src, dtype, r0, r1, cols, ld, NULL, NULL, unit_amax, unit_rows, gmax, block_amax, profile, out_data,
+               out_scale);
 }
 
 /* Magnitude of E2M1 code m (0..7): 0, .5, 1, 1.5, 2, 3, 4, 6 (select chain: vectorizes). */

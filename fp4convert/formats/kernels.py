@@ -2,7 +2,8 @@
 
 * CPU: ``_native.c`` (built with the package, loaded through ctypes), one pass per 16/32-element
   block, rows split over threads (ctypes releases the GIL).
-* CUDA: Triton kernels (:mod:`fp4convert.formats._triton`) when Triton is importable.
+* CUDA: Triton kernels (:mod:`fp4convert.formats._triton_segments`; row / tile amax and 4over6 in
+  :mod:`fp4convert.formats._triton`) when Triton is importable.
 
 The format modules (:mod:`~fp4convert.formats.nvfp4`, :mod:`~fp4convert.formats.mxfp8`) ask
 :func:`has_fast_path` and otherwise run their pure-torch reference, which every kernel is tested
@@ -18,7 +19,9 @@ import ctypes
 import importlib.util
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -36,16 +39,20 @@ __all__ = [
     "mxfp8_matrix",
     "mxfp8_segments",
     "native_available",
+    "nonfinite_counts",
     "nvfp4_matrix",
     "nvfp4_segments",
+    "nvfp4_units",
     "row_amax",
     "segment_amax",
+    "set_split_threshold",
+    "split_only_above",
     "tensor_amax",
     "tile_amax",
     "triton_available",
 ]
 
-_NATIVE_ABI = 2
+_NATIVE_ABI = 3
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 #: input dtypes the CPU kernels read
 CPU_DTYPES = frozenset(_DTYPE_CODES)
@@ -65,7 +72,11 @@ def _native_lib() -> Any | None:
         return None
     i64, ptr, i32, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.fp4c_absmax_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr]
+    lib.fp4c_absmax_range.argtypes = [ptr, i32, i64, i64, i64, i64]
+    lib.fp4c_absmax_range.restype = f32
+    lib.fp4c_nonfinite_count.argtypes = [ptr, i32, i64, ptr]
     lib.fp4c_nvfp4_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr, ptr, i32, ptr, ptr]
+    lib.fp4c_nvfp4_unit_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, i64, f32, ptr, i32, ptr, ptr]
     lib.fp4c_nvfp4_4over6_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr, ptr, ptr, i32, i32, f32]
     lib.fp4c_nvfp4_4over6_rows.argtypes += [ptr, ptr, ptr]
     lib.fp4c_mxfp8_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr]
@@ -73,7 +84,9 @@ def _native_lib() -> Any | None:
     for fn in (
         lib.fp4c_absmax_rows,
         lib.fp4c_tile_amax_rows,
+        lib.fp4c_nonfinite_count,
         lib.fp4c_nvfp4_rows,
+        lib.fp4c_nvfp4_unit_rows,
         lib.fp4c_nvfp4_4over6_rows,
         lib.fp4c_mxfp8_rows,
     ):
@@ -119,14 +132,46 @@ def flashinfer_quantize_usable(device: torch.device | int | None = None) -> bool
     return major >= 10 and importlib.util.find_spec("flashinfer") is not None
 
 
-def _row_tasks(rows: int, cols: int, align: int = 1) -> list[tuple[int, int]]:
+_THREAD = threading.local()
+
+
+@contextmanager
+def split_only_above(nbytes: int) -> Iterator[None]:
+    """Within the block, this thread runs a kernel on a tensor of fewer than ``nbytes`` input bytes
+    itself, in one call, instead of splitting its rows over the kernel pool.
+
+    For callers that are already one of many threads (a conversion's workers): there the cores are
+    busy with other tensors, and splitting each one again only adds futures, wake-ups and GIL
+    round trips per tensor. A tensor at least ``nbytes`` large is still split, so one huge tensor
+    (an embedding) does not leave the other cores idle at the end of a run.
+    """
+    previous = _split_threshold()
+    set_split_threshold(nbytes)
+    try:
+        yield
+    finally:
+        set_split_threshold(previous)
+
+
+def set_split_threshold(nbytes: int | None) -> None:
+    """:func:`split_only_above` for the rest of this thread's life (a pool's initializer); None
+    restores the default (every tensor of 1M elements or more is split)."""
+    _THREAD.split_above = nbytes
+
+
+def _split_threshold() -> int | None:
+    return getattr(_THREAD, "split_above", None)
+
+
+def _row_tasks(rows: int, cols: int, align: int = 1, element_size: int = 2) -> list[tuple[int, int]]:
     """Split rows into nearly equal tasks: one per thread for small tensors (an expert projection
     is a few MB: an uneven split would leave a core idle), four per thread for large ones (load
     balance when other threads compete for the cores). Bounds are multiples of ``align`` (16 when
-    a task must hold whole 16x16 tiles)."""
+    a task must hold whole 16x16 tiles). One task under :func:`split_only_above` below its size."""
     threads = max(1, torch.get_num_threads())
     elements = rows * cols
-    if elements < _MIN_ELEMENTS_PER_TASK:
+    threshold = _split_threshold()
+    if elements < _MIN_ELEMENTS_PER_TASK or (threshold is not None and elements * element_size < threshold):
         return [(0, rows)]
     units = rows // align
     count = max(1, min(units, threads * (4 if elements >= 16 * _MIN_ELEMENTS_PER_TASK else 1)))
@@ -151,8 +196,8 @@ def _pool(size: int) -> ThreadPoolExecutor:
         return _POOL
 
 
-def _run_rows(fn: Any, rows: int, cols: int, align: int = 1) -> None:
-    tasks = _row_tasks(rows, cols, align)
+def _run_rows(fn: Any, rows: int, cols: int, align: int = 1, element_size: int = 2) -> None:
+    tasks = _row_tasks(rows, cols, align, element_size)
     if len(tasks) == 1:
         fn(*tasks[0])
         return
@@ -188,18 +233,47 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
     def run(r0: int, r1: int) -> None:
         lib.fp4c_absmax_rows(x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), out.data_ptr())
 
-    _run_rows(run, rows, cols)
+    _run_rows(run, rows, cols, element_size=x2d.element_size())
     return out
 
 
 def tensor_amax(x2d: torch.Tensor) -> torch.Tensor | None:
-    """NaN-ignoring amax of a whole CUDA matrix in one pass (float32 0-d), or None where there is no
-    such kernel (the caller reduces :func:`row_amax`)."""
-    if not (x2d.is_cuda and triton_available()):
-        return None
-    from fp4convert.formats import _triton_segments
+    """NaN-ignoring amax of a whole matrix in one pass (float32 0-d), or None where there is no such
+    kernel (the caller reduces :func:`row_amax`): on CUDA with Triton, and on the CPU with the native
+    kernel, which returns the value itself (no per-row array, no torch reduction)."""
+    if x2d.is_cuda:
+        if not triton_available():
+            return None
+        from fp4convert.formats import _triton_segments
 
-    return _triton_segments.tensor_amax(contiguous_rows(x2d))
+        return _triton_segments.tensor_amax(contiguous_rows(x2d))
+    if not has_fast_path(x2d):
+        return None
+    x2d = contiguous_rows(x2d)
+    lib = _lib()
+    rows, cols = x2d.shape
+    code, src, ld = _DTYPE_CODES[x2d.dtype], x2d.data_ptr(), x2d.stride(0)
+    partial: list[float] = []
+
+    def run(r0: int, r1: int) -> None:
+        partial.append(lib.fp4c_absmax_range(src, code, r0, r1, cols, ld))  # list.append is atomic
+
+    _run_rows(run, rows, cols, element_size=x2d.element_size())
+    # float32 -> Python float -> float32 is exact, and a max of maxima is the max.
+    return torch.tensor(max(partial, default=0.0), dtype=torch.float32)
+
+
+def nonfinite_counts(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """``(NaN count, infinity count)`` of a contiguous bf16/fp16/fp32 CPU tensor in one native pass,
+    or None where the kernel does not apply (the caller counts with torch)."""
+    if tensor.device.type != "cpu" or tensor.dtype not in _DTYPE_CODES or not tensor.is_contiguous():
+        return None
+    lib = _native_lib()
+    if lib is None:
+        return None
+    out = (ctypes.c_int64 * 2)()
+    lib.fp4c_nonfinite_count(tensor.data_ptr(), _DTYPE_CODES[tensor.dtype], tensor.numel(), out)
+    return int(out[0]), int(out[1])
 
 
 def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
@@ -217,11 +291,30 @@ def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
     def run(r0: int, r1: int) -> None:
         lib.fp4c_tile_amax_rows(x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), out.data_ptr())
 
-    _run_rows(run, rows, cols, align=NVFP4_BLOCK)
+    _run_rows(run, rows, cols, align=NVFP4_BLOCK, element_size=x2d.element_size())
     return out
 
 
 def nvfp4_matrix(
+    x2d: torch.Tensor,
+    row_amax: torch.Tensor,
+    profile: profiles.Profile,
+    block_amax: torch.Tensor | None = None,
+    *,
+    choice: torch.Tensor | None = None,
+    tile16: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`nvfp4_units` for callers that hold one outer amax per row (``row_amax`` float32
+    ``(M,)``): a row amax expanded from one value (stride 0, as tensor scope passes it) is one unit
+    of ``M`` rows, so the kernel computes its outer scales once, not per row."""
+    rows = x2d.shape[0]
+    amax = row_amax.reshape(rows)
+    if rows and amax.stride(0) == 0:
+        return nvfp4_units(x2d, amax[:1], rows, profile, block_amax, choice=choice, tile16=tile16)
+    return nvfp4_units(x2d, amax, 1, profile, block_amax, choice=choice, tile16=tile16)
+
+
+def nvfp4_units(
     x2d: torch.Tensor,
     unit_amax: torch.Tensor,
     unit_rows: int,
@@ -231,14 +324,14 @@ def nvfp4_matrix(
     choice: torch.Tensor | None = None,
     tile16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fast path of :func:`fp4convert.formats.nvfp4.nvfp4_matrix_reference`.
+    """Fast path of :func:`fp4convert.formats.nvfp4.nvfp4_matrix_reference`; row ``i`` takes the outer
+    amax ``unit_amax[i // unit_rows]``.
 
     Args:
         x2d: ``(M, N)`` matrix on the CPU or a CUDA device (:func:`has_fast_path` must hold).
-        unit_amax: float32 outer amaxes, one per unit of ``unit_rows`` rows: row ``i`` takes
-            ``unit_amax[i // unit_rows]`` (tensor scope: one amax and ``unit_rows = M``; expert
-            scope: one per expert; row scope: ``unit_rows = 1``).
-        unit_rows: rows per unit.
+        unit_amax: float32 outer amaxes, one per unit of ``unit_rows`` rows: one for tensor scope
+            (``unit_rows = M``), one per expert, or one per row (``unit_rows = 1``).
+        unit_rows: rows per unit (>= 1).
         profile: arithmetic profile.
         block_amax: optional float32 ``(M, N/16)`` 16x16 tile amaxes (:func:`tile_amax`), used
             instead of each block's own; rows then come in whole tiles (M % 16 == 0) and 4over6
@@ -253,22 +346,23 @@ def nvfp4_matrix(
     """
     x2d = contiguous_rows(x2d)
     rows, cols = x2d.shape
+    unit_rows = max(1, unit_rows)
     spec = profiles.profile_spec(profile)
     code = PROFILE_CODES[spec.chain]
-    unit_amax = unit_amax.reshape(-1).float()
+    units = unit_amax.reshape(-1).to(x2d.device, torch.float32)
     if x2d.is_cuda and spec.chain != "4over6" and block_amax is None:
         # One launch: the scales come from each unit's amax in the kernel, the 16x16 tile amaxes
         # from the 16 rows each program holds (bench/device/kernel_lab.py measures the shapes).
         from fp4convert.formats import _triton_segments
 
-        amax = unit_amax.to(x2d.device).contiguous()
-        return _triton_segments.nvfp4_dense(x2d, amax, unit_rows, code, spec.global_max, tile16)
+        return _triton_segments.nvfp4_dense(x2d, units.contiguous(), unit_rows, code, spec.global_max, tile16)
     if tile16 and block_amax is None:
         block_amax = tile_amax(x2d)
-    row_amax = unit_amax if unit_rows == 1 else unit_amax.repeat_interleave(unit_rows)[:rows]
-    outer = profiles.outer_scales(row_amax.to(x2d.device), profile)
     blk = None if block_amax is None else block_amax.float().contiguous()
     tile_rows = 1 if blk is None else NVFP4_BLOCK
+    if x2d.is_cuda or spec.chain == "4over6":  # per-row outer scales from torch (profiles.outer_scales)
+        per_row = units.expand(rows) if unit_rows >= rows else units.repeat_interleave(unit_rows)[:rows]
+        outer = profiles.outer_scales(per_row, profile)
     if x2d.is_cuda:
         if spec.chain != "4over6":
             raise ValueError("imposed tile amaxes on CUDA are for 4over6 (callers pass tile16 otherwise)")
@@ -279,11 +373,11 @@ def nvfp4_matrix(
     data = torch.empty(rows, cols // 2, dtype=torch.uint8)
     scale = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.uint8)
     dtype = _DTYPE_CODES[x2d.dtype]
-    amax, s_enc, s_dec, mult = (t.contiguous() for t in (outer.amax, outer.s_enc, outer.s_dec, outer.mult))
     src, ld = x2d.data_ptr(), x2d.stride(0)
 
     if spec.chain == "4over6":
         mse = int(spec.error == "mse")
+        amax, s_enc, s_dec = (t.contiguous() for t in (outer.amax, outer.s_enc, outer.s_dec))
 
         def run(r0: int, r1: int) -> None:
             lib.fp4c_nvfp4_4over6_rows(
@@ -291,15 +385,16 @@ def nvfp4_matrix(
                 tile_rows, mse, spec.global_max, data.data_ptr(), scale.data_ptr(), _ptr(choice),
             )  # fmt: skip
 
-    else:
+    else:  # the kernel computes each row's outer scales from its unit's amax (no torch op per tensor)
+        units = units.contiguous()
 
         def run(r0: int, r1: int) -> None:
-            lib.fp4c_nvfp4_rows(
-                src, dtype, r0, r1, cols, ld, s_dec.data_ptr(), mult.data_ptr(), _ptr(blk), code,
+            lib.fp4c_nvfp4_unit_rows(
+                src, dtype, r0, r1, cols, ld, units.data_ptr(), unit_rows, spec.global_max, _ptr(blk), code,
                 data.data_ptr(), scale.data_ptr(),
             )  # fmt: skip
 
-    _run_rows(run, rows, cols, align=tile_rows)
+    _run_rows(run, rows, cols, align=tile_rows, element_size=x2d.element_size())
     return data, scale
 
 
@@ -329,7 +424,7 @@ def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     def run(r0: int, r1: int) -> None:
         lib.fp4c_mxfp8_rows(x2d.data_ptr(), code, r0, r1, cols, x2d.stride(0), data.data_ptr(), scale.data_ptr())
 
-    _run_rows(run, rows, cols)
+    _run_rows(run, rows, cols, element_size=x2d.element_size())
     return data, scale
 
 
@@ -342,13 +437,18 @@ def _segment_tasks(tensors: list[torch.Tensor], align: int) -> list[tuple[int, i
     tasks: list[tuple[int, int, int]] = []
     for index, t in enumerate(tensors):
         rows, cols = t.shape
-        tasks += [(index, r0, r1) for r0, r1 in _row_tasks(rows, cols, align)]
+        tasks += [(index, r0, r1) for r0, r1 in _row_tasks(rows, cols, align, t.element_size())]
     return tasks
 
 
-def _run_tasks(fn: Any, tasks: list[tuple[int, int, int]]) -> None:
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _run_tasks(fn: Any, tasks: list[tuple[int, int, int]], nbytes: int) -> None:
     threads = max(1, torch.get_num_threads())
-    if threads == 1 or len(tasks) == 1:
+    threshold = _split_threshold()
+    if threads == 1 or len(tasks) == 1 or (threshold is not None and nbytes < threshold):
         for task in tasks:
             fn(*task)
         return
@@ -376,7 +476,7 @@ def segment_amax(tensors: list[torch.Tensor]) -> torch.Tensor:
             t.data_ptr(), _DTYPE_CODES[t.dtype], r0, r1, t.shape[1], t.stride(0), rows_out[index].data_ptr()
         )
 
-    _run_tasks(run, _segment_tasks(tensors, 1))
+    _run_tasks(run, _segment_tasks(tensors, 1), _nbytes(tensors))
     return torch.stack([r.amax() if r.numel() else r.new_zeros(()) for r in rows_out])
 
 
@@ -407,7 +507,7 @@ def nvfp4_segments(
             mult.data_ptr() + 4 * o, _ptr(blk), code, data.data_ptr() + o * (cols // 2), scale.data_ptr() + o * nb,
         )  # fmt: skip
 
-    _run_tasks(run, _segment_tasks(tensors, NVFP4_BLOCK if tile16 else 1))
+    _run_tasks(run, _segment_tasks(tensors, NVFP4_BLOCK if tile16 else 1), _nbytes(tensors))
 
 
 def mxfp8_segments(
@@ -425,4 +525,4 @@ def mxfp8_segments(
             scale.data_ptr() + o * nb,
         )  # fmt: skip
 
-    _run_tasks(run, _segment_tasks(tensors, 1))
+    _run_tasks(run, _segment_tasks(tensors, 1), _nbytes(tensors))

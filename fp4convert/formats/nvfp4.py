@@ -233,7 +233,7 @@ def nvfp4_matrix(
     """:func:`nvfp4_matrix_reference` through the fastest exact path for the device (same bytes);
     the opt-in mxfp4-cast profile has no kernel and always takes the reference path."""
     if _has_kernel(x2d, profile, backend):
-        return kernels.nvfp4_matrix(x2d, row_amax, 1, profile, tile16=tile == "16x16")
+        return kernels.nvfp4_matrix(x2d, row_amax, profile, tile16=tile == "16x16")
     return nvfp4_matrix_reference(x2d, row_amax, profile, tile=tile)
 
 
@@ -249,7 +249,7 @@ def _quantize_rowwise(
     if _has_kernel(x2d, profile, backend):  # one amax per scope unit: the kernel expands it, not torch
         rows = x2d.shape[0]
         unit_rows = {"tensor": max(rows, 1), "row": 1, "expert": max(rows // max(x.shape[0], 1), 1)}[scope]
-        data, scale = kernels.nvfp4_matrix(x2d, amax, unit_rows, profile, tile16=tile == "16x16")
+        data, scale = kernels.nvfp4_units(x2d, amax, unit_rows, profile, tile16=tile == "16x16")
     else:
         data, scale = nvfp4_matrix(x2d, _per_row(amax, scope, x.shape), profile, tile=tile, backend=backend)
     lead = tuple(x.shape[:-1])
@@ -373,7 +373,7 @@ def four_over_six_choices(
     amax_rows = _per_row(_outer_amax(x, scope, amax, backend), scope, x.shape)
     if backend == "auto" and kernels.has_fast_path(x2d):
         choice = torch.empty(x2d.shape[0], cols // NVFP4_BLOCK, dtype=torch.uint8, device=x.device)
-        kernels.nvfp4_matrix(x2d, amax_rows, 1, profile, _block_amax_for_kernel(x2d, tile), choice=choice)
+        kernels.nvfp4_matrix(x2d, amax_rows, profile, _block_amax_for_kernel(x2d, tile), choice=choice)
         map4 = choice.bool()
     else:
         _, _, picked = _reference_matrix(x2d, amax_rows, profile, tile)

@@ -199,7 +199,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
         unit_amax_ = torch.zeros(int(units), dtype=torch.float32, device=device).scatter_reduce_(
             0, row_unit, kernels.row_amax(x), "amax", include_self=False
         )
-        data, scale = kernels.nvfp4_matrix(x, unit_amax_[row_unit], 1, plan.profile, tile16=tile == "16x16")  # type: ignore[arg-type]
+        data, scale = kernels.nvfp4_matrix(x, unit_amax_[row_unit], plan.profile, tile16=tile == "16x16")  # type: ignore[arg-type]
         dtype = x.dtype
     # Dialect global scales are elementwise in the amax: one call for every unit of the batch.
     amaxes = NVFP4Tensor((int(units),), dtype, tile, "tensor", plan.profile, unit_amax_)

@@ -39,7 +39,9 @@ def member_amax(tensor: torch.Tensor) -> torch.Tensor:
         >>> member_amax(torch.tensor([[1.0, -3.0], [float("nan"), 2.0]])).item()
         3.0
     """
-    return kernels.row_amax(tensor.reshape(-1, tensor.shape[-1])).amax()
+    x2d = tensor.reshape(-1, tensor.shape[-1])
+    whole = kernels.tensor_amax(x2d)  # one native pass, no per-row array and torch reduction
+    return whole if whole is not None else kernels.row_amax(x2d).amax()
 
 
 def shared_amax(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -191,3 +191,23 @@ def test_near_valid_headers_are_judged_as_the_library_judges_them(tmp_path, case
 @given(header=_entries | _json, data=st.binary(max_size=24))
 def test_fuzzed_headers_parse_or_raise_checkpoint_error_as_the_library_decides(tmp_path, header, data):
     _same_verdict_as_the_library(tmp_path, header, data)
+
+
+def test_read_header_parses_a_changed_header_again(tmp_path, monkeypatch):
+    # Parsed headers are cached by their bytes: the same bytes are served from the cache, a header
+    # rewritten in place (same file size, within the file system's timestamp granularity) is not.
+    from fp4convert.checkpoint import safetensors_io
+
+    path = tmp_path / "a.safetensors"
+    entries = {name: {"dtype": "F32", "shape": [2], "data_offsets": [i * 8, i * 8 + 8]} for i, name in enumerate("ab")}
+    header = json.dumps(entries).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(16))
+    first = read_header(path)[0]
+    parsed = []
+    real = safetensors_io._parse_header
+    monkeypatch.setattr(safetensors_io, "_parse_header", lambda *args: parsed.append(1) or real(*args))
+    assert read_header(path)[0] == first and not parsed
+    with path.open("r+b") as f:
+        f.seek(8)
+        f.write(header.replace(b'"a"', b'"c"'))
+    assert sorted(read_header(path)[0]) == ["b", "c"] and parsed == [1]

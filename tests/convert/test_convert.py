@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import time
 
 import pytest
 import torch
@@ -134,6 +135,16 @@ def test_workers_set_torch_threads_for_the_run_only(tiny_checkpoint, tmp_path):
         progress=lambda event, payload: seen.append(torch.get_num_threads()),
     )
     assert set(seen) == {before + 1} and torch.get_num_threads() == before
+
+
+def test_report_times_each_phase_in_order(tiny_checkpoint, tmp_path):
+    started = time.perf_counter()
+    report = convert_checkpoint(tiny_checkpoint("llama"), tmp_path / "o", contract=MXFP8_ALL)
+    elapsed = time.perf_counter() - started
+    assert list(report.phases) == ["plan", "staging", "shards", "manifest", "verify", "publish"]
+    assert all(seconds >= 0 for seconds in report.phases.values())
+    # laps of one clock inside the run: together no longer than the run itself
+    assert sum(report.phases.values()) <= report.seconds <= elapsed
 
 
 def test_source_is_never_modified(tiny_checkpoint, tmp_path):
