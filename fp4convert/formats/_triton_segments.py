@@ -84,6 +84,19 @@ def _e4m3_value(code):
 
 
 @triton.jit
+def _e8m0(v):
+    """MXFP8 block scale of ``v = amax * rn32(1/448)``: the E8M0 byte (RCEIL: the exponent rounded up
+    unless ``v`` is a power of two) and the exact power-of-two reciprocal the values are multiplied by."""
+    b = v.to(tl.uint32, bitcast=True)
+    ex = (b >> 23) & 0xFF
+    man = b & 0x7FFFFF
+    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
+    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
+    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
+    return sc, inv
+
+
+@triton.jit
 def _outer(amax, PROFILE: tl.constexpr, GMAX: tl.constexpr):
     """(s_dec, mult) of an outer amax: ``profiles.outer_scales``' operations, one by one."""
     g = tl.full(amax.shape, GMAX, tl.float32)
@@ -242,12 +255,7 @@ def _mxfp8_rows(
         m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
         x = tl.load(src + r.to(tl.int64)[:, None, None, None] * ld + col, mask=m4, other=0.0).to(tl.float32)
     v = _absmax(_absmax(x)) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
-    b = v.to(tl.uint32, bitcast=True)
-    ex = (b >> 23) & 0xFF
-    man = b & 0x7FFFFF
-    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
-    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
-    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
+    sc, inv = _e8m0(v)
     code = _e4m3_signed(x * inv[:, :, None, None])
     sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
     dptr = data_ptr + orow.to(tl.int64)[:, None, None, None] * cols + col
@@ -321,12 +329,8 @@ def _mxfp8_bf16_dense_kernel(
     # each half's NaN-ignoring max first (an elementwise maximum may propagate NaN: Triton's
     # interpreter does), then the larger of the two
     v = tl.maximum(_absmax(lo), _absmax(hi)) * 0.002232142956927418  # rn32(1/448), as in TE
-    b = v.to(tl.uint32, bitcast=True)
-    ex = (b >> 23) & 0xFF
-    man = b & 0x7FFFFF
-    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
-    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
-    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)[:, :, None]
+    sc, inv = _e8m0(v)
+    inv = inv[:, :, None]
     pair = (_e4m3_signed(lo * inv) | (_e4m3_signed(hi * inv) << 8)).to(tl.uint16)
     dp = data_ptr.to(tl.pointer_type(tl.uint16)) + r.to(tl.int64)[:, None, None] * (cols // 2)
     sp = scale_ptr + r.to(tl.int64)[:, None] * nblocks + blk[None, :]
@@ -351,12 +355,7 @@ def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr
         x = tl.load(ptrs, mask=(c < cols)[None, :], other=0.0).to(tl.float32)
     m = tl.max(tl.abs(x), axis=0)
     v = tl.where(m == m, m, 0.0) * 0.002232142956927418  # rn32(1/448), a multiply as in TE
-    b = v.to(tl.uint32, bitcast=True)
-    ex = (b >> 23) & 0xFF
-    man = b & 0x7FFFFF
-    up = tl.where(ex == 0, (man > 0x400000).to(tl.uint32), ((man != 0) & (ex < 0xFE)).to(tl.uint32))
-    sc = tl.where(ex == 0xFF, 0xFE, ex + up)
-    inv = tl.where(sc == 254, 0x00400000, (254 - sc) << 23).to(tl.float32, bitcast=True)
+    sc, inv = _e8m0(v)
     code = _e4m3_signed(x * inv[None, :])
     dptr = data_ptr + r.to(tl.int64)[:, None] * cols + c[None, :]
     sptr = scale_ptr + tl.program_id(0).to(tl.int64) * cols + c
