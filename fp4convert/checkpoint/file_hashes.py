@@ -33,7 +33,7 @@ from fp4convert.checkpoint.hashing import file_sha256, update_from_file
 from fp4convert.checkpoint.source import SourceCheckpoint
 from fp4convert.errors import CheckpointError
 
-__all__ = ["SourceHashes"]
+__all__ = ["FileHashes", "SourceHashes"]
 
 
 class _Chain:
@@ -190,3 +190,44 @@ class SourceHashes:
             for chain in self._chains.values():
                 chain.pool.shutdown(wait=True)
             self._held_bytes = 0
+
+
+class FileHashes:
+    """The sha256 of whole files, each read from disk front to back on a thread of its own, started
+    at once: for files that several streams read at the same time, in pieces, where no read order
+    feeds one chain (:class:`SourceHashes` serves files read front to back). The files are read a
+    second time, usually from the page cache, as the streams have just read them.
+
+    Example (not run: it needs a checkpoint folder ``ckpt``):
+        >>> hashes = FileHashes(Path("ckpt"), ["model-00001-of-00002.safetensors"])  # doctest: +SKIP
+        >>> hashes.hexdigests()  # doctest: +SKIP
+    """
+
+    def __init__(self, root: os.PathLike[str] | str, files: Collection[str]) -> None:
+        self.files = list(files)
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max(1, len(self.files)), thread_name_prefix="fp4convert-hash")
+        self._futures = {f: self._pool.submit(self._hash, os.path.join(root, f)) for f in self.files}
+
+    def _hash(self, path: str) -> str:
+        sha = hashlib.sha256()
+        size = os.stat(path).st_size
+        position = 0
+        while position < size and not self._stop.is_set():
+            end = min(size, position + (64 << 20))
+            update_from_file(sha, path, position, end)
+            position = end
+        return sha.hexdigest()
+
+    def finished(self) -> dict[str, str]:
+        """sha256 of the files hashed whole so far."""
+        return {f: fut.result() for f, fut in self._futures.items() if fut.done() and not self._stop.is_set()}
+
+    def hexdigests(self) -> dict[str, str]:
+        """sha256 of every file (waits for the ones still being hashed)."""
+        return {f: fut.result() for f, fut in self._futures.items()}
+
+    def close(self) -> None:
+        """Stop hashing (a file in progress stops at its next 64 MiB) and end the threads."""
+        self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -2,10 +2,12 @@
 
 One conversion process (one rank) gets a list of output shards (:class:`ShardJob`) and:
 
-* reads each source file front to back in a stream of its own (``readers`` streams at a time),
-  offering the bytes to the file's sha256 chain, which runs on a thread of its own
-  (:class:`~fp4convert.checkpoint.file_hashes.SourceHashes`): sha256 cannot be split within a
-  file, so the source files are what hashing runs in parallel over;
+* reads the source files in streams (``readers`` at a time): each file front to back, cut into
+  several runs of tensors when there are more readers than files (:func:`split_streams`); sha256
+  cannot be split within a file, so a file read by one stream is hashed from the bytes it reads
+  (:class:`~fp4convert.checkpoint.file_hashes.SourceHashes`, its chain on a thread of its own) and
+  a file read in runs is hashed whole from disk on a thread of its own
+  (:class:`~fp4convert.checkpoint.file_hashes.FileHashes`);
 * hands each tensor (or a whole fused group, once its last member is read: the group's shared
   amax is the maximum of its members', :mod:`fp4convert.convert.group_amax` for groups no stream
   holds whole) to a pool of ``workers`` threads that quantize it, hash each output tensor and
@@ -39,7 +41,7 @@ from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.file_hashes import SourceHashes
+from fp4convert.checkpoint.file_hashes import FileHashes, SourceHashes
 from fp4convert.checkpoint.hashing import range_sha256
 from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.positional_writer import PositionalWriter
@@ -49,7 +51,7 @@ from fp4convert.convert.shards import SHARD_METADATA, ProgressHook
 from fp4convert.formats import kernels
 from fp4convert.plan import ConversionPlan, PlannedTensor, input_amax, member_amax, quantize_tensor
 
-__all__ = ["ShardJob", "ShardResults", "default_readers", "write_shards"]
+__all__ = ["ShardJob", "ShardResults", "default_readers", "split_streams", "write_shards"]
 
 _READ_BACK_BATCH = 16 << 20  # bytes of output tensors read back per task
 _WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background fdatasyncs
@@ -144,6 +146,7 @@ class _Run:
         job: ShardJob,
         hook: ProgressHook,
         on_finished: Callable[[str, dict[str, Any]], None],
+        split_files: Collection[str] = (),
     ) -> None:
         self.job = job
         self.plan = job.plan
@@ -175,8 +178,13 @@ class _Run:
         # thread at a time on the GPU; hashing, writing and reading still run on every thread.
         self.gpu: Any = threading.Lock() if cuda else contextlib.nullcontext()
         self.syncer = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-writeback")
+        # a file read front to back by one stream is hashed from the bytes read; a file several
+        # streams read in pieces is hashed from disk on a thread of its own
+        whole = [f for f in job.hash_files if f in split_files]
+        chained = [f for f in job.hash_files if f not in split_files]
+        self.file_hashes = FileHashes(self.plan.source.root, whole)
         self.reader = SourceReader(
-            self.plan.source, hashes=SourceHashes(self.plan.source, files=job.hash_files, fill_gaps=True)
+            self.plan.source, hashes=SourceHashes(self.plan.source, files=chained, fill_gaps=True)
         )
 
     def hook(self, event: str, payload: Mapping[str, Any]) -> None:
@@ -308,7 +316,8 @@ class _Run:
         # the journal entry: what the shard holds, and the source files hashed whole so far (a
         # resumed run keeps the shard only if the files it was made from are unchanged); made
         # before the rename, so the shard shows in place only a moment before the journal has it
-        record = {"tensors": dict(writer.sha256), "nonfinite": nonfinite, "sources": self.reader.finished_hashes()}
+        sources = {**self.reader.finished_hashes(), **self.file_hashes.finished()}
+        record = {"tensors": dict(writer.sha256), "nonfinite": nonfinite, "sources": sources}
         path = self.job.staging / file
         with writing(path):
             os.replace(writer.path, path)
@@ -350,6 +359,45 @@ class _Run:
             writer.abort()
         self.writers.clear()
         self.reader.close()
+        self.file_hashes.close()
+
+    def source_hashes(self) -> dict[str, str]:
+        """sha256 of every source file this process hashes, in the source's order."""
+        digests = {**self.reader.hashes.hexdigests(), **self.file_hashes.hexdigests()}
+        return {f: digests[f] for f in self.plan.source.shards if f in digests}
+
+
+def split_streams(by_source: Mapping[str, list[PlannedTensor]], job: ShardJob) -> list[list[PlannedTensor]]:
+    """The read streams: each source file's items (in its data order) cut into up to ``k`` runs of
+    about equal bytes, ``k`` its share of ``job.readers`` by bytes, so a few large files still keep
+    every reader busy (one stream per file left a 16-core host at a third of its cores). A cut never
+    separates the members of a fused group that one stream must hold whole (groups whose amax was
+    agreed beforehand, ``job.group_amax``, may be cut)."""
+    total = sum(i.bytes_before for items in by_source.values() for i in items) or 1
+    streams: list[list[PlannedTensor]] = []
+    for items in by_source.values():
+        nbytes = sum(i.bytes_before for i in items)
+        pieces = max(1, min(len(items), round(job.readers * nbytes / total)))
+        if pieces == 1:
+            streams.append(items)
+            continue
+        last: dict[str, int] = {}  # fused group -> index of its last member here
+        for index, item in enumerate(items):
+            group = item.decision.fused_group
+            if group is not None and group in job.plan.groups and group not in job.group_amax:
+                last[group] = index
+        start, done, open_until, cuts = 0, 0, -1, 0
+        for index, item in enumerate(items):
+            # a cut before ``index`` is allowed once every group opened before it has closed
+            if cuts < pieces - 1 and index > start and open_until < index and done >= nbytes * (cuts + 1) / pieces:
+                streams.append(items[start:index])
+                start, cuts = index, cuts + 1
+            group = item.decision.fused_group
+            if group in last:
+                open_until = max(open_until, last[group])
+            done += item.bytes_before
+        streams.append(items[start:])
+    return [s for s in streams if s]
 
 
 def write_shards(
@@ -372,23 +420,25 @@ def write_shards(
     Returns:
         A :class:`ShardResults`.
     """
-    run = _Run(job, hook, on_finished)
     view = job.plan.source.view()
     by_source: dict[str, list[PlannedTensor]] = {}
     for file in job.files:
-        for item in run.items[file]:
+        for item in job.plan.by_output_file()[file]:
             by_source.setdefault(item.source_file, []).append(item)
     for items in by_source.values():
         items.sort(key=lambda i: view.tensors[i.info.name].position)  # the file's data order
+    streams = split_streams(by_source, job)
+    split_files = {f for f, items in by_source.items() if sum(s[0].source_file == f for s in streams) > 1}
+    run = _Run(job, hook, on_finished, split_files)
     try:
-        streams_at_once = max(1, min(job.readers, len(by_source)))
+        streams_at_once = max(1, min(job.readers, len(streams)))
         with ThreadPoolExecutor(streams_at_once, thread_name_prefix="fp4convert-read") as pool:
-            for items in by_source.values():
+            for items in streams:
                 run.submit(run.stream, items, pool=pool)
             run.wait(check)  # a task counts its read-backs before it ends: nothing is missed
         if run.errors:
             raise run.errors[0]
-        run.results.source_hashes = run.reader.hashes.hexdigests()
+        run.results.source_hashes = run.source_hashes()
     finally:
         run.stopped.set()
         run.close()

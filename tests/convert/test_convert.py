@@ -334,3 +334,27 @@ def test_per_token_activation_mode_is_recorded_in_the_config(converted, dialect)
     config = json.loads((out / "config.json").read_text())["quantization_config"]
     assert "SGLANG_FLASHINFER_NVFP4_PER_TOKEN_ACTIVATION=1" in config["fp4convert_activation_mode"]
     assert json.loads((out / "fp4convert.json").read_text())["activation_mode"] == "per-token"
+
+
+def _files_equal_but_created(one, other) -> None:
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in other.iterdir())
+    for name in names:
+        if name == "fp4convert.json":
+            a, b = (json.loads((d / name).read_text()) for d in (one, other))
+            a.pop("created"), b.pop("created")
+            assert a == b
+        else:
+            assert (one / name).read_bytes() == (other / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3"])
+def test_many_readers_cut_files_into_streams_and_write_the_same_bytes(tiny_checkpoint, tmp_path, family):
+    # 64 workers give 32 readers, four times the tiny checkpoints' 8 files: each file is read in runs
+    # (fused pairs kept whole) and hashed from disk; one worker reads each file in one stream
+    src = tiny_checkpoint(family)
+    convert_checkpoint(src, tmp_path / "one", contract=NVFP4_EXPERTS, workers=1)
+    convert_checkpoint(src, tmp_path / "many", contract=NVFP4_EXPERTS, workers=64)
+    _files_equal_but_created(tmp_path / "one", tmp_path / "many")
+    manifest = json.loads((tmp_path / "many" / "fp4convert.json").read_text())
+    assert set(manifest["source"]["files"]) >= {p.name for p in src.glob("*.safetensors")}
