@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fp4convert.formats.segments import BLOCK_ROWS  # rows per program: an NVFP4 16x16 tile's rows
+from fp4convert.formats.spec import KERNEL_BLOCK_ROWS as BLOCK_ROWS
 
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 

@@ -28,6 +28,7 @@ from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import mxfp8_matrix
 from fp4convert.formats.nvfp4 import nvfp4_matrix
 from fp4convert.formats.nvfp4 import row_amax as nvfp4_row_amax
+from fp4convert.formats.spec import KERNEL_BLOCK_ROWS as BLOCK_ROWS
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 
 __all__ = [
@@ -40,8 +41,6 @@ __all__ = [
     "unit_amax",
 ]
 
-#: rows per block of a launch: one 16x16 tile row-group
-BLOCK_ROWS = 16
 #: block chains the segment kernels (CPU and CUDA) implement
 _SEGMENT_CHAINS = frozenset(kernels.PROFILE_CODES) - {"4over6"}
 

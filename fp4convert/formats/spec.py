@@ -13,6 +13,7 @@ __all__ = [
     "E8M0",
     "FLT_MAX",
     "FOUR_OVER_SIX_E4M3_MAX",
+    "KERNEL_BLOCK_ROWS",
     "MXFP8_BLOCK",
     "NVFP4_BLOCK",
     "NVFP4_GLOBAL_MAX",
@@ -55,6 +56,8 @@ E8M0 = ScaleFormat("e8m0", ebits=8, bias=127, nan_code=0xFF)
 NVFP4_BLOCK = 16
 #: Elements per MXFP8 block (1x32 along a row, or 32x1 along a column).
 MXFP8_BLOCK = 32
+#: Rows per program of the segment kernels and per entry of their block tables: one 16x16 tile's rows.
+KERNEL_BLOCK_ROWS = NVFP4_BLOCK
 #: E2M1 max x E4M3 max = 6 * 448: the amax that maps to the largest encodable value.
 NVFP4_GLOBAL_MAX = E2M1.max * E4M3.max
 #: The smaller E4M3 bound TE's 4over6 may use for the global scale (``nvfp4_e4m3_max=256``), so that
