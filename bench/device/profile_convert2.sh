@@ -1,11 +1,5 @@
 # Issue 13 after the per-tensor fixes: where one process spends the shards phase on 16 cores.
-W=/tmp/fd; mkdir -p $W
-python3 -c "
-import sys; sys.path.insert(0, 'bench')
-from pathlib import Path
-from multi_gpu import make_source
-make_source(Path('$W/src'), 4, 'cuda', shards=3)" >/dev/null 2>&1
-sync; sleep 1
+W=/tmp/fd; . bench/device/source.sh
 C=contracts/nvfp4-experts-per-token.yaml
 TIMEFORMAT="wall %R s, user %U s, sys %S s"
 conv() { python3 -m fp4convert convert $W/src "$1" --contract $C --max-shard-size 500MB --json --quiet --overwrite "${@:2}" | python3 -c "import json,sys; t=sys.stdin.read(); r=json.loads(t[t.index('{'):]); print('seconds', round(r['seconds'], 2), {k: round(v, 2) for k, v in r.get('phases', {}).items()})"; }

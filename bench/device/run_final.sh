@@ -1,12 +1,6 @@
 # This stop's last device batch: issue 13 conversion on the 16-core host (phases), the kernel lab,
 # live sync, then the CUDA format tests (xdist) in what time is left. Run after setup.sh.
-W=/tmp/fd; mkdir -p $W
-python3 -c "
-import sys; sys.path.insert(0, 'bench')
-from pathlib import Path
-from multi_gpu import make_source
-make_source(Path('$W/src'), 4, 'cuda', shards=3)" >/dev/null 2>&1
-sync; sleep 1
+W=/tmp/fd; . bench/device/source.sh
 C=contracts/nvfp4-experts-per-token.yaml
 TIMEFORMAT="wall %R s, user %U s, sys %S s"
 for dev in cpu cpu cuda; do

@@ -1,13 +1,7 @@
 # Issue 13: the GIL convoy. Threads waiting to re-take the GIL after each torch call dominate the
 # py-spy --idle profile; CPython hands the GIL over every sys.getswitchinterval() (5 ms). One process,
 # the same conversion, under several switch intervals.
-W=/tmp/fd; mkdir -p $W
-python3 -c "
-import sys; sys.path.insert(0, 'bench')
-from pathlib import Path
-from multi_gpu import make_source
-make_source(Path('$W/src'), 4, 'cuda', shards=3)" >/dev/null 2>&1
-sync; sleep 1
+W=/tmp/fd; . bench/device/source.sh
 TIMEFORMAT="wall %R s, user %U s, sys %S s"
 for si in 0.005 0.001 0.0002 0.00005 0.005; do
   echo "== switch interval $si"
