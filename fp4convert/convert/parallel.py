@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -421,14 +422,15 @@ def write_shards(
         A :class:`ShardResults`.
     """
     view = job.plan.source.view()
+    by_output = job.plan.by_output_file()
     by_source: dict[str, list[PlannedTensor]] = {}
     for file in job.files:
-        for item in job.plan.by_output_file()[file]:
+        for item in by_output[file]:
             by_source.setdefault(item.source_file, []).append(item)
     for items in by_source.values():
         items.sort(key=lambda i: view.tensors[i.info.name].position)  # the file's data order
     streams = split_streams(by_source, job)
-    split_files = {f for f, items in by_source.items() if sum(s[0].source_file == f for s in streams) > 1}
+    split_files = {f for f, n in Counter(s[0].source_file for s in streams).items() if n > 1}
     run = _Run(job, hook, on_finished, split_files)
     try:
         streams_at_once = max(1, min(job.readers, len(streams)))
