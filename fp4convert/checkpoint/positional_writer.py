@@ -15,10 +15,11 @@ synced (the kernel would otherwise hold gigabytes of dirty pages until then).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -83,26 +84,65 @@ class PositionalWriter:
 
     def write(self, name: str, tensor: torch.Tensor) -> str:
         """Write tensor ``name`` (declared, with its dtype and shape) at its place; returns its sha256."""
-        if name not in self._expected:
-            raise CheckpointError(f"{self.path}: wrote {name!r}, which the layout does not declare", tensor=name)
-        dtype, shape = self._expected[name]
-        if dtype_name(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
-            raise CheckpointError(
-                f"{self.path}: tensor {name!r} is {dtype_name(tensor.dtype)} {tuple(tensor.shape)}, "
-                f"declared {dtype} {shape}",
-                tensor=name,
-            )
+        return self.write_many([(name, tensor)])[0]
+
+    def write_many(self, pairs: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+        """Write several declared tensors (one source tensor's outputs); returns their sha256s.
+
+        Tensors that lie back to back in the file go out in one ``pwritev``: with many threads
+        converting, every call that releases the GIL costs a hand-off, and a quantized weight has
+        four outputs (data, block scales, global and input scale) next to each other.
+        """
+        checked: list[tuple[str, memoryview]] = []
+        for name, tensor in pairs:
+            if name not in self._expected:
+                raise CheckpointError(f"{self.path}: wrote {name!r}, which the layout does not declare", tensor=name)
+            dtype, shape = self._expected[name]
+            if dtype_name(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
+                raise CheckpointError(
+                    f"{self.path}: tensor {name!r} is {dtype_name(tensor.dtype)} {tuple(tensor.shape)}, "
+                    f"declared {dtype} {shape}",
+                    tensor=name,
+                )
+            checked.append((name, _bytes_of(tensor)))
         with self._lock:
-            if name in self.sha256:
-                raise CheckpointError(f"{self.path}: tensor {name!r} written twice", tensor=name)
-            self.sha256[name] = ""  # claimed: a second write of it is refused
-        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-        digest = hashlib.sha256(data).hexdigest()  # type: ignore[arg-type]  # numpy arrays are buffers
-        self._pwrite(memoryview(data).cast("B"), self._spans[name][0])  # type: ignore[arg-type]
+            for name, _ in checked:
+                if name in self.sha256:
+                    raise CheckpointError(f"{self.path}: tensor {name!r} written twice", tensor=name)
+                self.sha256[name] = ""  # claimed: a second write of it is refused
+        digests = [hashlib.sha256(view).hexdigest() for _, view in checked]
+        run: list[memoryview] = []
+        run_start = run_end = -1
+        for name, view in checked:
+            start, end = self._spans[name]
+            if run and start != run_end:
+                self._pwritev(run, run_start)
+                run = []
+            if not run:
+                run_start = start
+            run.append(view)
+            run_end = end
+        if run:
+            self._pwritev(run, run_start)
         with self._lock:
-            self.sha256[name] = digest
-            self._unsynced += data.nbytes
-        return digest
+            for (name, view), digest in zip(checked, digests, strict=True):
+                self.sha256[name] = digest
+                self._unsynced += view.nbytes
+        return digests
+
+    def _pwritev(self, views: list[memoryview], offset: int) -> None:
+        if len(views) == 1:
+            self._pwrite(views[0], offset)
+            return
+        with writing(self.path):
+            written = os.pwritev(self._fd, views, offset)
+        for view in views:  # a short write: the rest one buffer at a time
+            if written >= view.nbytes:
+                written -= view.nbytes
+            else:
+                self._pwrite(view[written:], offset + written)
+                written = 0
+            offset += view.nbytes
 
     def writeback_due(self) -> bool:
         """Whether ``writeback_every`` bytes were written since the last time this said so (0: never)."""
@@ -144,3 +184,17 @@ class PositionalWriter:
                 os.close(self._fd)
                 self._fd = -1
         self.path.unlink(missing_ok=True)
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    """The bytes of ``tensor`` as a flat memoryview (it keeps the tensor alive), without a torch
+    op for a contiguous CPU tensor: every torch call releases the GIL, and with a conversion's
+    many threads each release is a hand-off."""
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        tensor = tensor.detach().cpu().contiguous()
+    nbytes = tensor.numel() * tensor.element_size()
+    if not nbytes:
+        return memoryview(b"")
+    raw = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
+    raw._owner = tensor  # type: ignore[attr-defined]  # the storage lives as long as the view
+    return memoryview(raw).cast("B")

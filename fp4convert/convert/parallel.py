@@ -19,11 +19,15 @@ One conversion process (one rank) gets a list of output shards (:class:`ShardJob
   (the resume journal records it) and reads it back from disk on the same pool (verify compares
   these hashes with those taken while writing).
 
-Memory is bounded: a stream waits while the source bytes in flight exceed ``budget`` (a tensor
-larger than that goes alone). The native kernels, hashlib, ``pread`` / ``pwrite`` and the CUDA
-copies release the GIL; what is left in Python per tensor is small next to them
-(``bench/distributed.py`` measures it). On a GPU, one thread at a time quantizes (Triton's runtime
-is not safe against concurrent first launches); the copies to the GPU bound that step. On any
+Memory is bounded: a stream waits while the source bytes in flight exceed ``budget``, or twice
+the largest tensor when that is more (so an embedding does not wait for everything else to drain,
+and everything else for it). A tensor of at least a run's share of its file is read in a run of
+its own, and the runs with the largest tensors start first: a 600 MB lm_head hashed and written on
+one thread at the end was a one-thread tail (``bench/device/trace_convert.py`` shows the timeline).
+The native kernels, hashlib, ``pread`` / ``pwritev`` and the CUDA copies release the GIL; with
+many threads each release is a hand-off, so a tensor's outputs go out in one ``pwritev`` and small
+kernels keep the GIL. On a GPU, one thread at a time quantizes (Triton's runtime is not safe
+against concurrent first launches); the copies to the GPU bound that step. On any
 failure, or once ``check`` raises (another rank failed), every stream stops, the unfinished shards
 are removed and the first error is raised as it was.
 """
@@ -84,7 +88,7 @@ class ShardJob:
         calibration: activation amaxes (None: per-token activations).
         workers: threads quantizing, hashing and writing.
         readers: source files streamed at once.
-        budget: source bytes in flight at most (a larger tensor goes alone).
+        budget: source bytes in flight at most (raised to twice the job's largest tensor).
     """
 
     plan: ConversionPlan
@@ -132,11 +136,15 @@ class _Budget:
                     raise _Stop
                 self._cond.wait(0.1)
             self._used += nbytes
+            if self._used < self._limit:
+                self._cond.notify()  # room left: the next waiter may fit too
 
     def give(self, nbytes: int) -> None:
+        # One waiter woken, not all: each woken stream needs the GIL back, and waking every
+        # reader on every finished tensor made hand-offs the conversion's bound on 16 cores.
         with self._cond:
             self._used -= nbytes
-            self._cond.notify_all()
+            self._cond.notify()
 
 
 class _Run:
@@ -155,12 +163,14 @@ class _Run:
         self._hook = hook
         self.on_finished = on_finished
         self.stopped = threading.Event()
-        self.budget = _Budget(job.budget, self.stopped)
         self.lock = threading.Lock()
         self.errors: list[BaseException] = []
         self.writers: dict[str, PositionalWriter] = {}
         by_file = self.plan.by_output_file()
         self.items = {f: by_file[f] for f in job.files}
+        # room for two of the largest tensors: one that big does not wait for the rest to drain
+        largest = max((i.bytes_before for items in self.items.values() for i in items), default=0)
+        self.budget = _Budget(max(job.budget, 2 * largest), self.stopped)
         self.remaining = {f: len(items) for f, items in self.items.items()}
         self.results = ShardResults()
         self.outstanding = 0  # streams and tasks not finished yet
@@ -276,8 +286,7 @@ class _Run:
                         device=self.job.device,
                     )
                 writer = self.writer(item.output_file)
-                for name, _, _ in item.outputs:
-                    writer.write(name, tensors[name])  # sha256 + pwrite at its offset
+                writer.write_many([(name, tensors[name]) for name, _, _ in item.outputs])  # sha256 + pwritev
                 del tensors
                 if writer.writeback_due():
                     self.submit(writer.writeback, pool=self.syncer)  # the disk writes while we go on
@@ -382,6 +391,7 @@ def split_streams(by_source: Mapping[str, list[PlannedTensor]], job: ShardJob) -
         if pieces == 1:
             streams.append(items)
             continue
+        share = nbytes / pieces
         last: dict[str, int] = {}  # fused group -> index of its last member here
         for index, item in enumerate(items):
             group = item.decision.fused_group
@@ -390,9 +400,14 @@ def split_streams(by_source: Mapping[str, list[PlannedTensor]], job: ShardJob) -
         start, done, open_until, cuts = 0, 0, -1, 0
         for index, item in enumerate(items):
             # a cut before ``index`` is allowed once every group opened before it has closed
-            if cuts < pieces - 1 and index > start and open_until < index and done >= nbytes * (cuts + 1) / pieces:
+            free = index > start and open_until < index
+            large = item.bytes_before >= share  # alone in a run: it can start first (write_shards)
+            if free and (large or (cuts < pieces - 1 and done >= nbytes * (cuts + 1) / pieces)):
                 streams.append(items[start:index])
                 start, cuts = index, cuts + 1
+            elif free and index > 0 and items[index - 1].bytes_before >= share:
+                streams.append(items[start:index])  # the cut after a large tensor
+                start = index
             group = item.decision.fused_group
             if group in last:
                 open_until = max(open_until, last[group])
@@ -431,6 +446,9 @@ def write_shards(
         items.sort(key=lambda i: view.tensors[i.info.name].position)  # the file's data order
     streams = split_streams(by_source, job)
     split_files = {f for f, n in Counter(s[0].source_file for s in streams).items() if n > 1}
+    # Streams holding the largest tensors first: an embedding or lm_head (hundreds of MB, hashed
+    # and written on one thread) read last would leave a one-thread tail at the end of the run.
+    streams.sort(key=lambda s: -max(i.bytes_before for i in s))
     run = _Run(job, hook, on_finished, split_files)
     try:
         streams_at_once = max(1, min(job.readers, len(streams)))

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FP4C_ABI_VERSION 3
+#define FP4C_ABI_VERSION 4
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define FP4C_ENTRY __attribute__((target_clones("avx2", "default")))
@@ -330,6 +330,12 @@ static inline void outer_scale(float a, int profile, float gmax, float *s_dec, f
     if (a == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
     *s_dec = 1.0f / s_enc;
     *mult = profile == PROFILE_TE ? s_enc * (1.0f / 6.0f) : s_enc;
+}
+
+/* The outer scales of n unit amaxes (s_dec, mult; outer_scale): what the converter stores as the
+ * global scale, from the same operations the row kernels use. */
+FP4C_ENTRY void fp4c_outer_scales(const float *amax, int64_t n, int profile, float gmax, float *s_dec, float *mult) {
+    for (int64_t i = 0; i < n; i++) outer_scale(amax[i], profile, gmax, &s_dec[i], &mult[i]);
 }
 
 /*

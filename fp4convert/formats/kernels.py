@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import torch
@@ -43,6 +43,7 @@ __all__ = [
     "nvfp4_matrix",
     "nvfp4_segments",
     "nvfp4_units",
+    "outer_decode_scales",
     "row_amax",
     "segment_amax",
     "set_split_threshold",
@@ -52,7 +53,7 @@ __all__ = [
     "triton_available",
 ]
 
-_NATIVE_ABI = 3
+_NATIVE_ABI = 4
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 #: input dtypes the CPU kernels read
 CPU_DTYPES = frozenset(_DTYPE_CODES)
@@ -62,12 +63,14 @@ PROFILE_CODES = {"te": 0, "te-2.13": 1, "modelopt": 2, "4over6": 3}
 _MIN_ELEMENTS_PER_TASK = 1 << 20
 
 
-@lru_cache(maxsize=1)
-def _native_lib() -> Any | None:
-    spec = importlib.util.find_spec("fp4convert.formats._native")
-    if spec is None or spec.origin is None or os.environ.get("FP4CONVERT_DISABLE_NATIVE"):
-        return None
-    lib = ctypes.CDLL(spec.origin)
+# Inputs smaller than this run through a handle that keeps the GIL (ctypes.PyDLL): the kernel
+# takes tens of microseconds, less than handing the GIL to another thread and waiting to get it
+# back, which is what releasing it costs when a conversion's many threads all want it.
+_HOLD_GIL_BELOW_BYTES = 64 << 10
+
+
+def _declare(lib: Any) -> Any:
+    """``lib`` with the native entry points' argument and result types set; None when its ABI differs."""
     if lib.fp4c_abi_version() != _NATIVE_ABI:
         return None
     i64, ptr, i32, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
@@ -81,7 +84,9 @@ def _native_lib() -> Any | None:
     lib.fp4c_nvfp4_4over6_rows.argtypes += [ptr, ptr, ptr]
     lib.fp4c_mxfp8_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr, ptr]
     lib.fp4c_tile_amax_rows.argtypes = [ptr, i32, i64, i64, i64, i64, ptr]
+    lib.fp4c_outer_scales.argtypes = [ptr, i64, i32, f32, ptr, ptr]
     for fn in (
+        lib.fp4c_outer_scales,
         lib.fp4c_absmax_rows,
         lib.fp4c_tile_amax_rows,
         lib.fp4c_nonfinite_count,
@@ -94,11 +99,30 @@ def _native_lib() -> Any | None:
     return lib
 
 
-def _lib() -> Any:
-    lib = _native_lib()
+def _native_lib(hold_gil: bool = False) -> Any | None:
+    """The built kernel library (None when it is not built, disabled or of another ABI); its
+    functions release the GIL, or keep it with ``hold_gil`` (the same library, a PyDLL handle)."""
+    return _load_native(bool(hold_gil))
+
+
+@cache
+def _load_native(hold_gil: bool) -> Any | None:
+    spec = importlib.util.find_spec("fp4convert.formats._native")
+    if spec is None or spec.origin is None or os.environ.get("FP4CONVERT_DISABLE_NATIVE"):
+        return None
+    return _declare((ctypes.PyDLL if hold_gil else ctypes.CDLL)(spec.origin))
+
+
+def _lib(nbytes: int | None = None) -> Any:
+    """The kernel library for an input of ``nbytes``: small ones keep the GIL (see above)."""
+    lib = _native_lib(nbytes is not None and nbytes < _HOLD_GIL_BELOW_BYTES)
     if lib is None:
         raise RuntimeError("the native fp4convert kernel is not built (callers check has_fast_path first)")
     return lib
+
+
+def _input_bytes(x: torch.Tensor) -> int:
+    return x.numel() * x.element_size()
 
 
 def native_available() -> bool:
@@ -225,7 +249,7 @@ def row_amax(x2d: torch.Tensor) -> torch.Tensor:
         from fp4convert.formats import _triton
 
         return _triton.row_amax(x2d)
-    lib = _lib()
+    lib = _lib(_input_bytes(x2d))
     rows, cols = x2d.shape
     out = torch.empty(rows, dtype=torch.float32)
     code = _DTYPE_CODES[x2d.dtype]
@@ -250,7 +274,7 @@ def tensor_amax(x2d: torch.Tensor) -> torch.Tensor | None:
     if not has_fast_path(x2d):
         return None
     x2d = contiguous_rows(x2d)
-    lib = _lib()
+    lib = _lib(_input_bytes(x2d))
     rows, cols = x2d.shape
     code, src, ld = _DTYPE_CODES[x2d.dtype], x2d.data_ptr(), x2d.stride(0)
     partial: list[float] = []
@@ -268,7 +292,7 @@ def nonfinite_counts(tensor: torch.Tensor) -> tuple[int, int] | None:
     or None where the kernel does not apply (the caller counts with torch)."""
     if tensor.device.type != "cpu" or tensor.dtype not in _DTYPE_CODES or not tensor.is_contiguous():
         return None
-    lib = _native_lib()
+    lib = _native_lib(_input_bytes(tensor) < _HOLD_GIL_BELOW_BYTES)
     if lib is None:
         return None
     out = (ctypes.c_int64 * 2)()
@@ -283,7 +307,7 @@ def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
         from fp4convert.formats import _triton
 
         return _triton.tile_amax(x2d)
-    lib = _lib()
+    lib = _lib(_input_bytes(x2d))
     rows, cols = x2d.shape
     out = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.float32)
     code = _DTYPE_CODES[x2d.dtype]
@@ -293,6 +317,25 @@ def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
 
     _run_rows(run, rows, cols, align=NVFP4_BLOCK, element_size=x2d.element_size())
     return out
+
+
+def outer_decode_scales(amax: torch.Tensor, profile: profiles.Profile) -> torch.Tensor | None:
+    """``profiles.outer_scales(amax, profile).s_dec`` from the native kernel's own scale chain (the
+    one its row kernels apply), for float32 CPU amaxes under te / te-2.13 / modelopt; None where
+    it does not apply (the caller takes :func:`profiles.outer_scales`). A handful of ops fewer per
+    tensor than the torch chain, which matters with a conversion's many threads."""
+    spec = profiles.profile_spec(profile)
+    if amax.device.type != "cpu" or amax.dtype != torch.float32 or spec.chain not in ("te", "te-2.13", "modelopt"):
+        return None
+    lib = _native_lib(hold_gil=True)  # a few floats: never worth a GIL hand-off
+    if lib is None:
+        return None
+    a = amax.contiguous()
+    s_dec = torch.empty_like(a)
+    mult = torch.empty_like(a)
+    lib.fp4c_outer_scales(a.data_ptr(), a.numel(), PROFILE_CODES[spec.chain], spec.global_max, s_dec.data_ptr(),
+                          mult.data_ptr())  # fmt: skip
+    return s_dec
 
 
 def nvfp4_matrix(
@@ -369,7 +412,7 @@ def nvfp4_units(
         from fp4convert.formats import _triton
 
         return _triton.nvfp4_4over6_matrix(x2d, outer, spec, blk, tile_rows, choice)
-    lib = _lib()
+    lib = _lib(_input_bytes(x2d))
     data = torch.empty(rows, cols // 2, dtype=torch.uint8)
     scale = torch.empty(rows, cols // NVFP4_BLOCK, dtype=torch.uint8)
     dtype = _DTYPE_CODES[x2d.dtype]
@@ -415,7 +458,7 @@ def mxfp8_matrix(x2d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from fp4convert.formats import _triton_segments
 
         return _triton_segments.mxfp8_dense(x2d)
-    lib = _lib()
+    lib = _lib(_input_bytes(x2d))
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8)
     scale = torch.empty(rows, cols // MXFP8_BLOCK, dtype=torch.uint8)

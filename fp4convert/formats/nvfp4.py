@@ -73,6 +73,9 @@ class NVFP4Tensor:
     def global_decode_scale(self) -> torch.Tensor:
         """The float32 per-tensor decode scale a checkpoint stores as ``weight_scale_2``:
         TE's ``rn32(1 / S_enc)``, or ModelOpt's ``A / 2688`` under the modelopt profile."""
+        native = kernels.outer_decode_scales(self.amax, self.profile)  # type: ignore[arg-type]
+        if native is not None:
+            return native
         return profiles.outer_scales(self.amax, self.profile).s_dec  # type: ignore[arg-type]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,6 +44,30 @@ def test_any_order_from_threads_gives_the_sequential_writers_bytes(tmp_path, see
     assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
     assert digests == positional.sha256 == sequential.sha256 == {n: tensor_sha256(t) for n, t in data.items()}
     assert positional.nbytes == sequential.nbytes == (tmp_path / "b.safetensors").stat().st_size
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_runs_of_adjacent_tensors_in_one_call_give_the_same_bytes(tmp_path, monkeypatch, short):
+    # write_many: neighbours in the file go out in one pwritev; a short pwritev (the kernel may
+    # write less than asked) is finished buffer by buffer. Non-contiguous inputs are copied first.
+    data = tensors(7)
+    data["t1.weight"] = data["t1.weight"].t()  # a transposed view: not contiguous
+    layout = [(name, dtype_name(t.dtype), tuple(t.shape)) for name, t in data.items()]
+    sequential = StreamingWriter(tmp_path / "a.safetensors", layout)
+    for name, t in data.items():
+        sequential.write(name, t)
+    sequential.close()
+    if short:
+        real = os.pwritev
+        monkeypatch.setattr(os, "pwritev", lambda fd, views, offset: real(fd, [bytes(views[0])[:3]], offset))
+    positional = PositionalWriter(tmp_path / "b.safetensors", layout)
+    names = list(data)
+    groups = [names[0:3], names[5:9], names[3:5], names[9:]]  # runs, out of file order
+    digests = [d for group in groups for d in positional.write_many([(n, data[n]) for n in group])]
+    positional.close()
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+    assert digests == [sequential.sha256[n] for group in groups for n in group]
+    assert positional.sha256 == sequential.sha256
 
 
 def test_refusals_name_the_tensor_and_abort_removes_the_file(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from _helpers import NVFP4_EXPERTS
 
@@ -64,3 +66,16 @@ def test_groups_with_an_agreed_amax_may_be_cut(tiny_checkpoint, tmp_path):
     streams = split_streams(by_source, job)
     # nothing holds a cut back: as many runs as there are tensors, up to the readers' share
     assert len(streams) >= min(64, len(plan.items)) // 2
+
+
+def test_a_tensor_of_a_runs_share_is_read_in_a_run_of_its_own():
+    # two runs of a 150-byte file: the 100-byte tensor mid-file gets a run of its own (write_shards
+    # starts the runs with the largest tensors first); a cut by bytes alone would leave it inside one
+    def item(name: str, nbytes: int) -> SimpleNamespace:
+        return SimpleNamespace(info=SimpleNamespace(name=name), bytes_before=nbytes,
+                               decision=SimpleNamespace(fused_group=None))  # fmt: skip
+
+    items = [item(n, b) for n, b in [("a", 10), ("b", 10), ("big", 100), ("c", 10), ("d", 10), ("e", 10)]]
+    job = SimpleNamespace(readers=2, plan=SimpleNamespace(groups={}), group_amax={})
+    streams = split_streams({"f.safetensors": items}, job)  # type: ignore[arg-type]
+    assert [[i.info.name for i in s] for s in streams] == [["a", "b"], ["big"], ["c", "d", "e"]]

@@ -145,3 +145,34 @@ def test_split_only_above_keeps_small_tensors_in_the_calling_thread():
         assert len(kernels._row_tasks(rows, cols, 1, 2)) == 4
     finally:
         torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("profile", [p for p in KERNEL_PROFILES if profiles.profile_spec(p).chain != "4over6"])
+def test_native_outer_decode_scales_equal_the_torch_chain(profile):
+    # The global scale a checkpoint stores, from the kernel's chain, on every edge of it.
+    amax = torch.tensor([*EDGE_AMAXES, 0.37, 448.0 * 6.0, 1e-20], dtype=torch.float32)
+    got = kernels.outer_decode_scales(amax, profile)
+    assert got is not None
+    assert_bytes_equal(got, profiles.outer_scales(amax, profile).s_dec)
+    one = kernels.outer_decode_scales(torch.tensor(3.5), profile)  # the 0-d amax of a tensor
+    assert one is not None and one.shape == ()
+    assert_bytes_equal(one, profiles.outer_scales(torch.tensor(3.5), profile).s_dec)
+
+
+def test_native_outer_decode_scales_leave_other_cases_to_torch():
+    assert kernels.outer_decode_scales(torch.tensor([1.0], dtype=torch.float64), "te") is None
+    four_over_six = next(p for p in KERNEL_PROFILES if profiles.profile_spec(p).chain == "4over6")
+    assert kernels.outer_decode_scales(torch.tensor([1.0]), four_over_six) is None
+
+
+def test_small_inputs_take_the_gil_holding_handle_and_agree():
+    # Below the threshold the kernels run without releasing the GIL: the same library, same bytes.
+    small = adversarial((16, 64), torch.bfloat16, 3)
+    assert small.numel() * 2 < kernels._HOLD_GIL_BELOW_BYTES
+    assert kernels._lib(small.numel() * 2) is kernels._native_lib(True)
+    assert kernels._lib(kernels._HOLD_GIL_BELOW_BYTES) is kernels._native_lib(False)
+    amax = nan_ignoring_abs(small).amax().reshape(1)
+    data, scale = kernels.nvfp4_units(small, amax, 16, "te")
+    want_data, want_scale = _reference(small, amax, 16, "te", "1x16")
+    assert_bytes_equal(data, want_data)
+    assert_bytes_equal(scale, want_scale)
