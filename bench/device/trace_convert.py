@@ -23,7 +23,10 @@ EVENTS: list[tuple[str, str, float, float]] = []
 T0 = time.perf_counter()
 
 
-def traced(owner: object, name: str, label: str) -> None:
+NAMES: dict[int, str] = {}  # event index -> what it worked on (for the longest ones)
+
+
+def traced(owner: object, name: str, label: str, what=None) -> None:
     fn = getattr(owner, name)
 
     @functools.wraps(fn)
@@ -33,6 +36,8 @@ def traced(owner: object, name: str, label: str) -> None:
             return fn(*args, **kwargs)
         finally:
             EVENTS.append((threading.current_thread().name, label, start - T0, time.perf_counter() - T0))
+            if what is not None:
+                NAMES[len(EVENTS) - 1] = what(*args)
 
     setattr(owner, name, wrapper)
 
@@ -43,13 +48,13 @@ if os.environ.get("TRACE_BUDGET_MB"):  # try another in-flight budget
         self, int(os.environ["TRACE_BUDGET_MB"]) << 20, stopped
     )
 traced(parallel._Budget, "take", "budget wait")
-traced(reader.SourceReader, "read", "read")
+traced(reader.SourceReader, "read", "read", lambda r, name: name)
 traced(reader.SourceReader, "read_range", "read: pread + hash offer")
 traced(parallel._Run, "quantize", "quantize task")
 traced(parallel, "quantize_tensor", "quantize_tensor")
-traced(positional_writer.PositionalWriter, "write_many", "write (sha256 + pwrite)")
+traced(positional_writer.PositionalWriter, "write_many", "write (sha256 + pwrite)", lambda w, pairs: pairs[0][0])
 traced(positional_writer.PositionalWriter, "__init__", "open shard (header)")
-traced(parallel._Run, "hash_back", "read-back hash")
+traced(parallel._Run, "hash_back", "read-back hash", lambda run, path, spans: f"{path.name}: {spans[0][0]}")
 traced(parallel._Run, "tensor_done", "tensor done (shard close)")
 traced(file_hashes.FileHashes, "_hash", "whole-file hash")
 traced(file_hashes.SourceHashes, "offer", "hash offer")
@@ -67,6 +72,11 @@ finally:
     print(f"\nsteps traced from {first:.2f} s to {last:.2f} s (process time {end:.2f} s)")
     for label, seconds in busy.most_common():
         print(f"  {label:28s} {seconds:8.2f} thread-s  ({seconds / max(last - first, 1e-9):5.1f} threads on average)")
+    print("the longest steps:")
+    longest = sorted(NAMES, key=lambda i: EVENTS[i][2] - EVENTS[i][3])[:8]
+    for i in sorted(longest, key=lambda i: EVENTS[i][2]):
+        thread, label, a, b = EVENTS[i]
+        print(f"  {a:6.2f}-{b:6.2f} s {label:24s} {NAMES[i]} ({thread})")
     step = max((last - first) / 20, 1e-3)
     labels = ["read", "quantize_tensor", "write (sha256 + pwrite)", "read-back hash", "whole-file hash", "budget wait"]
     print(f"threads in each step per time slice of {step:.2f} s:")

@@ -19,10 +19,10 @@ One conversion process (one rank) gets a list of output shards (:class:`ShardJob
   (the resume journal records it) and reads it back from disk on the same pool (verify compares
   these hashes with those taken while writing).
 
-Memory is bounded: a stream waits while the source bytes in flight exceed ``budget``, or twice
-the largest tensor when that is more (so an embedding does not wait for everything else to drain,
-and everything else for it). A tensor of at least a run's share of its file is read in a run of
-its own, and the runs with the largest tensors start first: a 600 MB lm_head hashed and written on
+Memory is bounded: a stream waits while the source bytes in flight exceed ``budget`` plus twice
+the largest tensor (so an embedding and an lm_head neither wait for everything else to drain nor
+hold it back). A tensor of at least half a run's share of its file is read in a run
+of its own, and the runs with the largest tensors start first: a 600 MB lm_head hashed and written on
 one thread at the end was a one-thread tail (``bench/device/trace_convert.py`` shows the timeline).
 The native kernels, hashlib, ``pread`` / ``pwritev`` and the CUDA copies release the GIL; with
 many threads each release is a hand-off, so a tensor's outputs go out in one ``pwritev`` and small
@@ -88,7 +88,7 @@ class ShardJob:
         calibration: activation amaxes (None: per-token activations).
         workers: threads quantizing, hashing and writing.
         readers: source files streamed at once.
-        budget: source bytes in flight at most (raised to twice the job's largest tensor).
+        budget: source bytes in flight at most, beyond room for the job's two largest tensors.
     """
 
     plan: ConversionPlan
@@ -168,9 +168,10 @@ class _Run:
         self.writers: dict[str, PositionalWriter] = {}
         by_file = self.plan.by_output_file()
         self.items = {f: by_file[f] for f in job.files}
-        # room for two of the largest tensors: one that big does not wait for the rest to drain
+        # the budget on top of room for the two largest tensors: an embedding and an lm_head in
+        # flight neither wait for the rest to drain nor hold every other stream back meanwhile
         largest = max((i.bytes_before for items in self.items.values() for i in items), default=0)
-        self.budget = _Budget(max(job.budget, 2 * largest), self.stopped)
+        self.budget = _Budget(job.budget + 2 * largest, self.stopped)
         self.remaining = {f: len(items) for f, items in self.items.items()}
         self.results = ShardResults()
         self.outstanding = 0  # streams and tasks not finished yet
@@ -391,7 +392,7 @@ def split_streams(by_source: Mapping[str, list[PlannedTensor]], job: ShardJob) -
         if pieces == 1:
             streams.append(items)
             continue
-        share = nbytes / pieces
+        large_from = nbytes / pieces / 2  # half a run's share: read alone, started first (write_shards)
         last: dict[str, int] = {}  # fused group -> index of its last member here
         for index, item in enumerate(items):
             group = item.decision.fused_group
@@ -401,11 +402,11 @@ def split_streams(by_source: Mapping[str, list[PlannedTensor]], job: ShardJob) -
         for index, item in enumerate(items):
             # a cut before ``index`` is allowed once every group opened before it has closed
             free = index > start and open_until < index
-            large = item.bytes_before >= share  # alone in a run: it can start first (write_shards)
+            large = item.bytes_before >= large_from
             if free and (large or (cuts < pieces - 1 and done >= nbytes * (cuts + 1) / pieces)):
                 streams.append(items[start:index])
                 start, cuts = index, cuts + 1
-            elif free and index > 0 and items[index - 1].bytes_before >= share:
+            elif free and index > 0 and items[index - 1].bytes_before >= large_from:
                 streams.append(items[start:index])  # the cut after a large tensor
                 start = index
             group = item.decision.fused_group
