@@ -159,16 +159,19 @@ static inline uint8_t e4m3_any(float y) {
     return (uint8_t)code;
 }
 
-/* Branch-free E2M1 code of a float32 (RNE, saturating, NaN -> 0x7). */
-static inline uint8_t e2m1_any(float y, int signed_zero) {
+/* Branch-free E2M1 code of a float32 (RNE, saturating, NaN -> 0x7), in a 32-bit lane. */
+static inline uint32_t e2m1_code(float y, int signed_zero) {
     uint32_t u = f2u(y);
     float a = u2f(u & 0x7FFFFFFFu);
     uint32_t m = (uint32_t)(a > 0.25f) + (uint32_t)(a >= 0.75f) + (uint32_t)(a > 1.25f) + (uint32_t)(a >= 1.75f) +
                  (uint32_t)(a > 2.5f) + (uint32_t)(a >= 3.5f) + (uint32_t)(a > 5.0f);
     uint32_t neg = signed_zero ? (u >> 31) : (uint32_t)(y < 0.0f);
     uint32_t code = m | (neg << 3);
-    return (uint8_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7u : code);
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7u : code;
 }
+
+/* The same code as a byte. */
+static inline uint8_t e2m1_any(float y, int signed_zero) { return (uint8_t)e2m1_code(y, signed_zero); }
 
 /*
  * Largest NaN-ignoring magnitude bits of n 16-bit floats (bf16: NaN above 0x7F80, fp16: above
@@ -312,6 +315,30 @@ static inline uint8_t nvfp4_block_scale(float amax, float sdec, float mlt, int p
     return sf;
 }
 
+/* The value of an E4M3 byte's magnitude (0..0x7F) as E4M3_LUT holds it, computed: no table, so
+ * a loop over blocks vectorizes (the LUT's (1 + m/8) * 2^(e-7) is this bit pattern exactly). */
+static inline float e4m3_value(uint32_t c) {
+    uint32_t e = (c >> 3) & 15u, m = c & 7u;
+    float normal = u2f(((e + 120u) << 23) | (m << 20));
+    float sub = (float)(int32_t)m * 0.001953125f;
+    return e ? normal : sub;
+}
+
+/* nvfp4_block_scale's te / te-2.13 branch over a row's blocks at once, branch-free: the same
+ * operations per block (e4m3_any equals e4m3_from_nonneg on the non-negative or NaN scales here),
+ * vectorized instead of one scalar division and a few branches per 16 elements. */
+static inline void te_block_scales(const float *amax, int64_t nbc, float sdec, float mlt, int profile,
+                                   uint8_t *scale, float *factor) {
+    const int te = profile == PROFILE_TE;
+    for (int64_t b = 0; b < nbc; ++b) {
+        float d = te ? amax[b] * mlt : (amax[b] / 6.0f) * mlt;
+        uint32_t sf = e4m3_any(d);
+        float enc = 1.0f / (e4m3_value(sf) * sdec);
+        factor[b] = enc > FLT_MAX_F ? FLT_MAX_F : enc;
+        scale[b] = (uint8_t)sf;
+    }
+}
+
 /*
  * The outer scales (profiles.outer_scales: s_dec, mult) of one unit amax, with exactly its float32
  * operations (and _triton_segments._outer's): te / te-2.13 S_enc = gmax / A, inf -> FLT_MAX, 1 where
@@ -358,8 +385,8 @@ static inline __attribute__((always_inline)) void nvfp4_rows(const void *src, in
         /* rows are processed in column chunks so the scratch buffers stay on the stack */
         int64_t width = cols - c0 < MAX_COLS_STACK ? cols - c0 : MAX_COLS_STACK;
         int64_t nbc = width / 16;
-        float x[MAX_COLS_STACK], amax[MAX_COLS_STACK / 16], factor[MAX_COLS_STACK / 16];
-        uint8_t codes[MAX_COLS_STACK];
+        float x[MAX_COLS_STACK], fx[MAX_COLS_STACK], amax[MAX_COLS_STACK / 16], factor[MAX_COLS_STACK / 16];
+        uint32_t codes[MAX_COLS_STACK];
         for (int64_t r = r0; r < r1; ++r) {
             float row_sdec, row_mult;
             if (unit_amax) outer_scale(unit_amax[r / unit_rows], profile, gmax, &row_sdec, &row_mult);
@@ -369,18 +396,20 @@ static inline __attribute__((always_inline)) void nvfp4_rows(const void *src, in
             if (block_amax) memcpy(amax, block_amax + r * nb + c0 / 16, (size_t)nbc * sizeof(float));
             else blocks_amax(x, nbc, 16, amax);
             uint8_t *scale = out_scale + r * nb + c0 / 16;
-            for (int64_t b = 0; b < nbc; ++b) scale[b] = nvfp4_block_scale(amax[b], row_sdec, row_mult, profile, &factor[b]);
-            /* one fixed-length inner loop per block: a single vector on AVX-512 */
+            if (profile == PROFILE_MODELOPT)
+                for (int64_t b = 0; b < nbc; ++b) scale[b] = nvfp4_block_scale(amax[b], row_sdec, row_mult, profile, &factor[b]);
+            else
+                te_block_scales(amax, nbc, row_sdec, row_mult, profile, scale, factor);
+            /* each block's factor spread over its 16 elements, then one flat loop over the row:
+             * the compiler vectorizes that at the full vector width (a 16-element loop per block
+             * got 4-wide vectors and spilled) */
+            for (int64_t b = 0; b < nbc; ++b)
+                for (int i = 0; i < 16; ++i) fx[b * 16 + i] = factor[b];
+            /* codes kept in 32-bit lanes until the pack: narrowing each compare to bytes cost more */
             if (profile == PROFILE_MODELOPT) {
-                for (int64_t b = 0; b < nbc; ++b) {
-                    const float f = factor[b];
-                    for (int i = 0; i < 16; ++i) codes[b * 16 + i] = f == 0.0f ? 0 : e2m1_any(x[b * 16 + i] / f, 0);
-                }
+                for (int64_t i = 0; i < width; ++i) codes[i] = fx[i] == 0.0f ? 0 : e2m1_code(x[i] / fx[i], 0);
             } else if (signed_zero) {
-                for (int64_t b = 0; b < nbc; ++b) {
-                    const float f = factor[b];
-                    for (int i = 0; i < 16; ++i) codes[b * 16 + i] = e2m1_any(x[b * 16 + i] * f, 1);
-                }
+                for (int64_t i = 0; i < width; ++i) codes[i] = e2m1_code(x[i] * fx[i], 1);
             }
             uint8_t *dst = out_data + r * (cols / 2) + c0 / 2;
             for (int64_t i = 0; i < width / 2; ++i) dst[i] = (uint8_t)(codes[2 * i] | (codes[2 * i + 1] << 4));

@@ -176,3 +176,24 @@ def test_small_inputs_take_the_gil_holding_handle_and_agree():
     want_data, want_scale = _reference(small, amax, 16, "te", "1x16")
     assert_bytes_equal(data, want_data)
     assert_bytes_equal(scale, want_scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("profile", KERNEL_PROFILES)
+def test_unit_kernel_block_scales_across_the_whole_e4m3_range(dtype, profile):
+    # Blocks whose amax falls 2^0 .. 2^-33.5 below the tensor's, in half-octave steps: their E4M3
+    # block scales run through the normal range, every subnormal (scale byte 1..7) and zero, where
+    # the encode factor is clamped to FLT_MAX. Adversarial values rarely leave the normal range.
+    g = torch.Generator().manual_seed(3)
+    blocks = 68
+    x = torch.rand(32, blocks * 16, generator=g) * 2 - 1
+    x = x * torch.pow(2.0, -0.5 * torch.arange(blocks, dtype=torch.float32)).repeat_interleave(16)
+    x[:, -16:] = 0.0  # an all-zero block
+    x2d = x.to(dtype)
+    unit_amax, unit_rows = _units(x2d, "tensor", 1)
+    data, scale = kernels.nvfp4_units(x2d, unit_amax, unit_rows, profile)
+    want_data, want_scale = _reference(x2d, unit_amax, unit_rows, profile, "1x16")
+    assert_bytes_equal(data, want_data)
+    assert_bytes_equal(scale, want_scale)
+    if dtype == torch.float32 and profiles.profile_spec(profile).chain in ("te", "te-2.13"):  # modelopt: >= 2^-9
+        assert set(range(8)) <= set(scale.unique().tolist())  # zero and every subnormal scale occurred
