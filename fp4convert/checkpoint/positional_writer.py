@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from fp4convert.checkpoint.io_errors import writing
-from fp4convert.checkpoint.safetensors_io import dtype_name, header_bytes
+from fp4convert.checkpoint.safetensors_io import check_declared, header_bytes
 from fp4convert.errors import CheckpointError
 
 __all__ = ["PositionalWriter"]
@@ -97,13 +97,7 @@ class PositionalWriter:
         for name, tensor in pairs:
             if name not in self._expected:
                 raise CheckpointError(f"{self.path}: wrote {name!r}, which the layout does not declare", tensor=name)
-            dtype, shape = self._expected[name]
-            if dtype_name(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
-                raise CheckpointError(
-                    f"{self.path}: tensor {name!r} is {dtype_name(tensor.dtype)} {tuple(tensor.shape)}, "
-                    f"declared {dtype} {shape}",
-                    tensor=name,
-                )
+            check_declared(self.path, name, tensor, self._expected[name])
             checked.append((name, _bytes_of(tensor)))
         with self._lock:
             for name, _ in checked:

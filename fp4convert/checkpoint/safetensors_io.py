@@ -32,6 +32,7 @@ __all__ = [
     "SafetensorsFile",
     "StreamingWriter",
     "TensorEntry",
+    "check_declared",
     "dtype_name",
     "header_bytes",
     "read_header",
@@ -275,6 +276,16 @@ class SafetensorsFile:
         return self.read_bytes(name).view(DTYPES[entry.dtype]).reshape(entry.shape)
 
 
+def check_declared(path: object, name: str, tensor: torch.Tensor, declared: tuple[str, tuple[int, ...]]) -> None:
+    """Refuse a tensor written to ``path`` whose dtype or shape is not the ``(dtype, shape)`` declared for it."""
+    dtype, shape = declared
+    if dtype_name(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
+        raise CheckpointError(
+            f"{path}: tensor {name!r} is {dtype_name(tensor.dtype)} {tuple(tensor.shape)}, declared {dtype} {shape}",
+            tensor=name,
+        )
+
+
 def header_bytes(
     layout: Iterable[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None, *, where: str = ""
 ) -> tuple[bytes, dict[str, tuple[int, int]]]:
@@ -353,13 +364,7 @@ class StreamingWriter:
         if self._next >= len(self._order) or self._order[self._next] != name:
             expected = self._order[self._next] if self._next < len(self._order) else "nothing"
             raise CheckpointError(f"{self.path}: wrote {name!r} but the layout expects {expected!r}", tensor=name)
-        dtype, shape = self._expected[name]
-        if dtype_name(tensor.dtype) != dtype or tuple(tensor.shape) != shape:
-            raise CheckpointError(
-                f"{self.path}: tensor {name!r} is {dtype_name(tensor.dtype)} {tuple(tensor.shape)}, "
-                f"declared {dtype} {shape}",
-                tensor=name,
-            )
+        check_declared(self.path, name, tensor, self._expected[name])
         data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
         self.sha256[name] = hashlib.sha256(data).hexdigest()  # type: ignore[arg-type]  # a buffer
         with writing(self.path):
