@@ -1,6 +1,6 @@
 """sha256 of one source file on the host, several ways (issue 13: the per-file hash chain as a floor).
 
-Prints GB/s for: hashlib with 16 MiB preads (today's `update_from_file`), hashlib with one reused
+Prints GB/s for: hashlib with 16 MiB preads (`update_from_file` before this stop), hashlib with one reused
 buffer (readinto), the same in a child process while this process runs N busy threads, and the
 `sha256sum` / `openssl` binaries. Usage: python bench/device/hash_probe.py FILE [FILE ...]
 """
@@ -35,28 +35,41 @@ def reused(path: str, chunk: int) -> str:
     return h.hexdigest()
 
 
+_CHILD = (
+    "import hashlib, sys\n"
+    "h, b = hashlib.sha256(), bytearray(64 << 20)\n"
+    "v = memoryview(b)\n"
+    "f = open(sys.argv[1], 'rb', buffering=0)\n"
+    "while n := f.readinto(b):\n"
+    "    h.update(v[:n])\n"
+    "print(h.hexdigest())\n"
+)
+
+
+def run_digest(command: list[str]) -> str:
+    return subprocess.run(command, capture_output=True, check=True).stdout.split()[0].decode()
+
+
 def main() -> None:
     files = sys.argv[1:]
     path = files[0]
     size = os.path.getsize(path)
+    child = [sys.executable, "-I", "-c", _CHILD, path]
     reused(path, 64 << 20)  # page cache warm
     ref = timed("hashlib, 16 MiB preads (update_from_file)", size, lambda: _ranged(path, size))
     for mib in (1, 16, 64):
-        assert timed(f"hashlib, reused {mib} MiB buffer", size, lambda: reused(path, mib << 20)) == ref
+        assert timed(f"hashlib, reused {mib} MiB buffer", size, lambda m=mib: reused(path, m << 20)) == ref
     assert timed("hashlib, 4 MiB reads (file_sha256)", size, lambda: file_sha256(path)) == ref
     for tool in (["sha256sum"], ["openssl", "dgst", "-sha256", "-r"]):
         try:
-            out = timed(" ".join(tool), size, lambda: subprocess.run([*tool, path], capture_output=True, check=True).stdout)
-            assert out.split()[0].decode() == ref, out
+            assert timed(" ".join(tool), size, lambda t=tool: run_digest([*t, path])) == ref
         except (FileNotFoundError, subprocess.CalledProcessError) as exc:
             print(tool[0], "unavailable:", exc)
-    child = [sys.executable, "-I", "-c", f"import hashlib,sys\nh=hashlib.sha256();b=bytearray({64 << 20});v=memoryview(b)\n"
-             "f=open(sys.argv[1],'rb',buffering=0)\nwhile n:=f.readinto(b): h.update(v[:n])\nprint(h.hexdigest())"]
-    assert timed("child python, 64 MiB buffer", size, lambda: subprocess.run([*child, path], capture_output=True, check=True).stdout.split()[0].decode()) == ref
+    assert timed("child python, 64 MiB buffer", size, lambda: run_digest(child)) == ref
     total = sum(os.path.getsize(f) for f in files)
 
     def all_children() -> None:
-        procs = [subprocess.Popen([*child, f], stdout=subprocess.PIPE) for f in files]
+        procs = [subprocess.Popen([*child[:-1], f], stdout=subprocess.PIPE) for f in files]
         for p in procs:
             p.communicate()
 
@@ -64,7 +77,7 @@ def main() -> None:
     for busy in (8, 15):
         stop = threading.Event()
 
-        def spin() -> None:  # Python busy work holding the GIL between short releases
+        def spin(stop: threading.Event = stop) -> None:  # Python work holding the GIL between short releases
             while not stop.is_set():
                 sum(range(2000))
                 time.sleep(0)
@@ -75,7 +88,7 @@ def main() -> None:
         try:
             timed(f"in-process reused 64 MiB, {busy} busy threads", size, lambda: reused(path, 64 << 20))
             timed(f"in-process 16 MiB preads, {busy} busy threads", size, lambda: _ranged(path, size))
-            timed(f"child python, {busy} busy threads here", size, lambda: subprocess.run([*child, path], capture_output=True, check=True))
+            timed(f"child python, {busy} busy threads here", size, lambda: run_digest(child))
         finally:
             stop.set()
             for t in threads:

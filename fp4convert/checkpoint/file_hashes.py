@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 from collections import deque
 from collections.abc import Collection
@@ -192,11 +194,33 @@ class SourceHashes:
             self._held_bytes = 0
 
 
+# What a hashing child process runs: sha256 of one file through one reused buffer, printed in hex;
+# it stops when its parent is gone (a killed conversion leaves no reader behind). ``-I`` keeps the
+# child to the standard library: nothing of the environment or the working folder is imported.
+_CHILD = """
+import hashlib, os, sys
+path, parent = sys.argv[1], int(sys.argv[2])
+sha, buffer = hashlib.sha256(), bytearray(1 << 20)
+view = memoryview(buffer)
+with open(path, "rb", buffering=0) as f:
+    while n := f.readinto(buffer):
+        sha.update(view[:n])
+        if os.getppid() != parent:
+            sys.exit(1)
+print(sha.hexdigest())
+"""
+
+
 class FileHashes:
-    """The sha256 of whole files, each read from disk front to back on a thread of its own, started
-    at once: for files that several streams read at the same time, in pieces, where no read order
-    feeds one chain (:class:`SourceHashes` serves files read front to back). The files are read a
-    second time, usually from the page cache, as the streams have just read them.
+    """The sha256 of whole files, each read from disk front to back in a child process of its own,
+    started at once: for files that several streams read at the same time, in pieces, where no read
+    order feeds one chain (:class:`SourceHashes` serves files read front to back). The files are read
+    a second time, usually from the page cache, as the streams have just read them.
+
+    A process, not a thread: a 2 GB file takes one core about two seconds (sha256 is a chain),
+    the longest single step of a conversion on 16 cores, and in the converting process its
+    reads wait for the interpreter lock after every chunk; a child hashes at the full speed of
+    its core (``bench/device/hash_probe.py``).
 
     Example (not run: it needs a checkpoint folder ``ckpt``):
         >>> hashes = FileHashes(Path("ckpt"), ["model-00001-of-00002.safetensors"])  # doctest: +SKIP
@@ -205,29 +229,43 @@ class FileHashes:
 
     def __init__(self, root: os.PathLike[str] | str, files: Collection[str]) -> None:
         self.files = list(files)
-        self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max(1, len(self.files)), thread_name_prefix="fp4convert-hash")
-        self._futures = {f: self._pool.submit(self._hash, os.path.join(root, f)) for f in self.files}
+        self._digests: dict[str, str] = {}
+        self._children = {
+            f: subprocess.Popen(
+                [sys.executable, "-I", "-c", _CHILD, os.path.join(root, f), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for f in self.files
+        }
 
-    def _hash(self, path: str) -> str:
-        sha = hashlib.sha256()
-        size = os.stat(path).st_size
-        position = 0
-        while position < size and not self._stop.is_set():
-            end = min(size, position + (64 << 20))
-            update_from_file(sha, path, position, end)
-            position = end
-        return sha.hexdigest()
+    def _collect(self, file: str) -> str:
+        digest = self._digests.get(file)
+        if digest is None:
+            child = self._children[file]
+            out, err = child.communicate()
+            if child.returncode != 0:
+                reason = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {child.returncode}"]
+                raise CheckpointError(
+                    f"{file}: could not be read to hash it ({reason[0]})",
+                    hint="check that the file exists and is readable, and was not changed during the run",
+                    file=file,
+                )
+            digest = self._digests[file] = out.decode().strip()
+        return digest
 
     def finished(self) -> dict[str, str]:
         """sha256 of the files hashed whole so far."""
-        return {f: fut.result() for f, fut in self._futures.items() if fut.done() and not self._stop.is_set()}
+        return {f: self._collect(f) for f, child in self._children.items() if child.poll() is not None}
 
     def hexdigests(self) -> dict[str, str]:
         """sha256 of every file (waits for the ones still being hashed)."""
-        return {f: fut.result() for f, fut in self._futures.items()}
+        return {f: self._collect(f) for f in self.files}
 
     def close(self) -> None:
-        """Stop hashing (a file in progress stops at its next 64 MiB) and end the threads."""
-        self._stop.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the children still hashing and wait for them to end."""
+        for child in self._children.values():
+            if child.poll() is None:
+                child.kill()
+            child.communicate()

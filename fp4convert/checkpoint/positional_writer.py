@@ -7,6 +7,12 @@ the one layout rule :class:`~fp4convert.checkpoint.safetensors_io.StreamingWrite
 ``pwrite`` as soon as it is ready, hashing it (sha256) on the calling thread. The bytes are those
 :class:`StreamingWriter` writes for the same layout, whatever the order of the writes.
 
+Each write is read back at once and compared, byte for byte, with what was hashed: so the hash
+recorded for a tensor is that of the bytes in the file, at the cost of a read and a ``memcmp``
+rather than a second sha256 of every output (which, run when a shard closed, was the tail of a
+conversion on 16 cores). The layout fixes disjoint spans, so no later write can change a span
+already compared; the shard is fsynced when it is closed.
+
 Every ``writeback_every`` bytes written, :meth:`PositionalWriter.writeback_due` says so, and the
 caller runs :meth:`PositionalWriter.writeback` (an ``fdatasync``) on a thread of its own: the disk
 writes the file while the conversion goes on, instead of all at once when the file is closed and
@@ -69,9 +75,10 @@ class PositionalWriter:
         self._lock = threading.Lock()
         with writing(self.path):
             self.path.unlink(missing_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            # read and write: every write is read back (module docstring)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            self._pwrite(memoryview(raw), 0)
+            self._pwritev([memoryview(bytearray(raw))], 0)
         except BaseException:
             self.abort()
             raise
@@ -91,7 +98,12 @@ class PositionalWriter:
 
         Tensors that lie back to back in the file go out in one ``pwritev``: with many threads
         converting, every call that releases the GIL costs a hand-off, and a quantized weight has
-        four outputs (data, block scales, global and input scale) next to each other.
+        four outputs (data, block scales, global and input scale) next to each other. Each run is
+        read back and compared with the bytes hashed.
+
+        Raises:
+            CheckpointError: a tensor is not declared, does not match its declaration, was
+                written before, or reads back different from what was written.
         """
         checked: list[tuple[str, memoryview]] = []
         for name, tensor in pairs:
@@ -127,15 +139,38 @@ class PositionalWriter:
     def _pwritev(self, views: list[memoryview], offset: int) -> None:
         if len(views) == 1:
             self._pwrite(views[0], offset)
-            return
-        with writing(self.path):
-            written = os.pwritev(self._fd, views, offset)
-        for view in views:  # a short write: the rest one buffer at a time
-            if written >= view.nbytes:
-                written -= view.nbytes
-            else:
-                self._pwrite(view[written:], offset + written)
-                written = 0
+        else:
+            with writing(self.path):
+                written = os.pwritev(self._fd, views, offset)
+            at = offset
+            for view in views:  # a short write: the rest one buffer at a time
+                if written >= view.nbytes:
+                    written -= view.nbytes
+                else:
+                    self._pwrite(view[written:], at + written)
+                    written = 0
+                at += view.nbytes
+        self._compare_on_disk(views, offset)
+
+    def _compare_on_disk(self, views: list[memoryview], offset: int) -> None:
+        """Read back the bytes just written at ``offset`` and compare them with ``views``."""
+        scratch = _scratch()
+        for view in views:
+            done = 0
+            while done < view.nbytes:
+                n = min(len(scratch.buffer), view.nbytes - done)
+                with writing(self.path):
+                    got = os.preadv(self._fd, [scratch.view[:n]], offset + done)
+                if got != n or not _equal(scratch.address, view, done, n):
+                    name = next((k for k, (s, e) in self._spans.items() if s <= offset + done < e), "?")
+                    raise CheckpointError(
+                        f"{self.path}: tensor {name!r} reads back different from what was written "
+                        f"(at byte {offset + done})",
+                        hint="the disk or file system changed the data: check the storage and run again",
+                        tensor=name,
+                        file=str(self.path),
+                    )
+                done += n
             offset += view.nbytes
 
     def writeback_due(self) -> bool:
@@ -180,6 +215,39 @@ class PositionalWriter:
         self.path.unlink(missing_ok=True)
 
 
+_SCRATCH_BYTES = 4 << 20  # bytes read back per call: large enough for few calls, small enough for the cache
+_HOLD_GIL_BELOW_BYTES = 64 << 10  # a memcmp this small keeps the GIL (a release is a hand-off to another thread)
+_LIBC = ctypes.CDLL(None)  # releases the GIL around each call
+_LIBC_HOLDING_GIL = ctypes.PyDLL(None)
+for _memcmp in (_LIBC.memcmp, _LIBC_HOLDING_GIL.memcmp):
+    _memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    _memcmp.restype = ctypes.c_int
+_per_thread = threading.local()
+
+
+class _Scratch:
+    """One thread's read-back buffer (reused: a fresh buffer per read would fault every page in)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(_SCRATCH_BYTES)
+        self.view = memoryview(self.buffer)
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.buffer))
+
+
+def _scratch() -> _Scratch:
+    scratch: _Scratch | None = getattr(_per_thread, "scratch", None)
+    if scratch is None:
+        scratch = _per_thread.scratch = _Scratch()
+    return scratch
+
+
+def _equal(address: int, view: memoryview, start: int, nbytes: int) -> bool:
+    """Whether ``nbytes`` bytes at ``address`` equal ``view[start:start + nbytes]``."""
+    theirs = ctypes.addressof(ctypes.c_char.from_buffer(view)) + start
+    memcmp = _LIBC_HOLDING_GIL.memcmp if nbytes < _HOLD_GIL_BELOW_BYTES else _LIBC.memcmp
+    return bool(memcmp(address, theirs, nbytes) == 0)
+
+
 def _bytes_of(tensor: torch.Tensor) -> memoryview:
     """The bytes of ``tensor`` as a flat memoryview (it keeps the tensor alive), without a torch
     op for a contiguous CPU tensor: every torch call releases the GIL, and with a conversion's
@@ -188,7 +256,7 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
         tensor = tensor.detach().cpu().contiguous()
     nbytes = tensor.numel() * tensor.element_size()
     if not nbytes:
-        return memoryview(b"")
+        return memoryview(bytearray())
     raw = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
     raw._owner = tensor  # type: ignore[attr-defined]  # the storage lives as long as the view
     return memoryview(raw).cast("B")

@@ -19,6 +19,7 @@ import torch
 
 from fp4convert.checkpoint.decode.read import SourceDecoder, decode_unit
 from fp4convert.checkpoint.file_hashes import SourceHashes
+from fp4convert.checkpoint.read_buffers import ReadBuffers
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
 from fp4convert.formats import kernels
@@ -66,14 +67,18 @@ class SourceReader:
         hashes: where read bytes go; default: every file hashed, reads ahead of a file's hash held
             until it gets there (see :class:`~fp4convert.checkpoint.file_hashes.SourceHashes`).
             ``SourceHashes(source, files=())`` reads without hashing.
+        buffers: where bytes are read into (reused once free); default: a fresh tensor per read.
 
     Example (not run: it needs a checkpoint folder ``ckpt``):
         >>> reader = SourceReader(open_checkpoint("ckpt"))  # doctest: +SKIP
         >>> w = reader.read("model.norm.weight"); hashes = reader.shard_hashes(); reader.close()  # doctest: +SKIP
     """
 
-    def __init__(self, source: SourceCheckpoint, *, hashes: SourceHashes | None = None) -> None:
+    def __init__(
+        self, source: SourceCheckpoint, *, hashes: SourceHashes | None = None, buffers: ReadBuffers | None = None
+    ) -> None:
         self.source = source
+        self._buffers = buffers
         self.hashes = SourceHashes(source) if hashes is None else hashes
         self._files: dict[str, SafetensorsFile] = {}
         self.nonfinite: dict[str, dict[str, int]] = {}  # tensor -> {"nan": n, "inf": m}, where any
@@ -105,7 +110,8 @@ class SourceReader:
     def read_range(self, shard: str, start: int, end: int) -> torch.Tensor:
         """Bytes ``[start, end)`` of ``shard`` as uint8 (a tensor, one expert's slice of a fused
         tensor, a scale), offered to the shard's hash."""
-        data = self._file(shard).read_range(start, end)
+        into = None if self._buffers is None else self._buffers.take(end - start)
+        data = self._file(shard).read_range(start, end, into=into)
         self.hashes.offer(shard, start, data)
         return data
 

@@ -256,10 +256,13 @@ class SafetensorsFile:
         entry = self.entries[name]
         return self.read_range(entry.start, entry.end, what=name)
 
-    def read_range(self, start: int, end: int, *, what: str | None = None) -> torch.Tensor:
+    def read_range(
+        self, start: int, end: int, *, what: str | None = None, into: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Bytes ``[start, end)`` of the file (absolute offsets) as a uint8 tensor: one positional
-        read, e.g. one expert's slice of a fused tensor. ``what`` names the tensor in errors."""
-        buf = torch.empty(end - start, dtype=torch.uint8)
+        read, e.g. one expert's slice of a fused tensor. ``what`` names the tensor in errors;
+        ``into`` is a uint8 CPU tensor of ``end - start`` bytes to read into (a fresh one if None)."""
+        buf = torch.empty(end - start, dtype=torch.uint8) if into is None else into
         view = memoryview(buf.numpy())  # type: ignore[arg-type]  # numpy arrays are buffers
         done = 0
         while done < end - start:

@@ -15,9 +15,9 @@ One conversion process (one rank) gets a list of output shards (:class:`ShardJob
   the plan fixed every offset, so tensors are written in any order);
 * every 256 MiB written to a shard, syncs it to disk on a thread of its own (the disk works
   during the conversion, not only at the end);
-* closes a shard once its last tensor is written, renames it into place, reports it finished
-  (the resume journal records it) and reads it back from disk on the same pool (verify compares
-  these hashes with those taken while writing).
+* reads each write back at once and compares it with the bytes hashed (the writer), closes a
+  shard once its last tensor is written, renames it into place, reports it finished (the resume
+  journal records it) and fsyncs it on the same pool.
 
 Memory is bounded: a stream waits while the source bytes in flight exceed ``budget`` plus twice
 the largest tensor (so an embedding and an lm_head neither wait for everything else to drain nor
@@ -47,9 +47,9 @@ from typing import Any
 import torch
 
 from fp4convert.checkpoint.file_hashes import FileHashes, SourceHashes
-from fp4convert.checkpoint.hashing import range_sha256
 from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.positional_writer import PositionalWriter
+from fp4convert.checkpoint.read_buffers import ReadBuffers
 from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import read_header
 from fp4convert.convert.shards import SHARD_METADATA, ProgressHook
@@ -58,7 +58,6 @@ from fp4convert.plan import ConversionPlan, PlannedTensor, input_amax, member_am
 
 __all__ = ["ShardJob", "ShardResults", "default_readers", "split_streams", "write_shards"]
 
-_READ_BACK_BATCH = 16 << 20  # bytes of output tensors read back per task
 _WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background fdatasyncs
 # A quantizing worker runs a tensor's CPU kernel in its own thread below this many source bytes:
 # the other workers keep the cores busy, and splitting each tensor again over the kernel pool
@@ -124,19 +123,19 @@ class _Budget:
     """Source bytes in flight; a stream waits for room unless nothing is in flight."""
 
     def __init__(self, limit: int, stopped: threading.Event) -> None:
-        self._limit = limit
+        self.limit = limit
         self._used = 0
         self._cond = threading.Condition()
         self._stopped = stopped
 
     def take(self, nbytes: int, *, force: bool = False) -> None:
         with self._cond:
-            while not force and self._used and self._used + nbytes > self._limit:
+            while not force and self._used and self._used + nbytes > self.limit:
                 if self._stopped.is_set():
                     raise _Stop
                 self._cond.wait(0.1)
             self._used += nbytes
-            if self._used < self._limit:
+            if self._used < self.limit:
                 self._cond.notify()  # room left: the next waiter may fit too
 
     def give(self, nbytes: int) -> None:
@@ -196,7 +195,10 @@ class _Run:
         chained = [f for f in job.hash_files if f not in split_files]
         self.file_hashes = FileHashes(self.plan.source.root, whole)
         self.reader = SourceReader(
-            self.plan.source, hashes=SourceHashes(self.plan.source, files=chained, fill_gaps=True)
+            self.plan.source,
+            hashes=SourceHashes(self.plan.source, files=chained, fill_gaps=True),
+            # what the budget lets be in flight, reused: no page faults on most reads
+            buffers=ReadBuffers(self.budget.limit),
         )
 
     def hook(self, event: str, payload: Mapping[str, Any]) -> None:
@@ -338,30 +340,21 @@ class _Run:
             self.results.sha.update(writer.sha256)
             self.results.nonfinite.update(nonfinite)
             self.on_finished(file, record)
-        self.read_back(path, [name for item in self.items[file] for name, _, _ in item.outputs])
+        # every write was read back and compared as it was made (PositionalWriter): the file's
+        # tensors hash as recorded; what is left is making it durable, off the critical path
+        with self.lock:
+            self.results.read_back.update(writer.sha256)
+        self.submit(self.sync, path)
 
-    def read_back(self, path: Path, names: list[str]) -> None:
-        """Hash the finished shard from disk (fsync first), in batches on the pool."""
+    def sync(self, path: Path) -> None:
+        """fsync a finished shard and parse its header (here, in parallel: verify finds it cached)."""
         with writing(path):
             fd = os.open(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        entries = read_header(path)[0]
-        batch: list[str] = []
-        total = 0
-        for name in names:
-            batch.append(name)
-            total += entries[name].nbytes
-            if total >= _READ_BACK_BATCH or name == names[-1]:
-                self.submit(self.hash_back, path, [(n, entries[n].start, entries[n].end) for n in batch])
-                batch, total = [], 0
-
-    def hash_back(self, path: Path, spans: list[tuple[str, int, int]]) -> None:
-        digests = {name: range_sha256(path, start, end) for name, start, end in spans}
-        with self.lock:
-            self.results.read_back.update(digests)
+        read_header(path)
 
     def close(self) -> None:
         self.compute.shutdown(wait=True, cancel_futures=True)
