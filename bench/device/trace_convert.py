@@ -79,7 +79,7 @@ finally:
         thread, label, a, b = EVENTS[i]
         print(f"  {a:6.2f}-{b:6.2f} s {label:24s} {NAMES[i]} ({thread})")
     step = max((last - first) / 20, 1e-3)
-    labels = ["read", "quantize_tensor", "write (sha256 + pwrite)", "read-back hash", "whole-file hash", "budget wait"]
+    labels = ["read", "quantize_tensor", "write (sha256, pwrite, check)", "read back + compare", "budget wait"]
     print(f"threads in each step per time slice of {step:.2f} s:")
     print("  t(s)  " + " ".join(f"{lab[:12]:>12s}" for lab in labels))
     for i in range(20):

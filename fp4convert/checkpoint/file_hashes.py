@@ -230,6 +230,7 @@ class FileHashes:
     def __init__(self, root: os.PathLike[str] | str, files: Collection[str]) -> None:
         self.files = list(files)
         self._digests: dict[str, str] = {}
+        self._lock = threading.Lock()  # a child's output is collected once, by one thread
         self._children = {
             f: subprocess.Popen(
                 [sys.executable, "-I", "-c", _CHILD, os.path.join(root, f), str(os.getpid())],
@@ -241,6 +242,10 @@ class FileHashes:
         }
 
     def _collect(self, file: str) -> str:
+        with self._lock:
+            return self._collect_locked(file)
+
+    def _collect_locked(self, file: str) -> str:
         digest = self._digests.get(file)
         if digest is None:
             child = self._children[file]
@@ -265,7 +270,8 @@ class FileHashes:
 
     def close(self) -> None:
         """Stop the children still hashing and wait for them to end."""
-        for child in self._children.values():
-            if child.poll() is None:
-                child.kill()
-            child.communicate()
+        with self._lock:
+            for child in self._children.values():
+                if child.poll() is None:
+                    child.kill()
+                child.communicate()
