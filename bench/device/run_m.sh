@@ -15,7 +15,7 @@ print(f"seconds {r['seconds']:.2f} GB/s {r['source_bytes'] / 1e9 / r['seconds']:
       f"user {u.ru_utime - before.ru_utime:.1f} sys {u.ru_stime - before.ru_stime:.1f} minflt {u.ru_minflt - before.ru_minflt} nvcsw {u.ru_nvcsw - before.ru_nvcsw}")
 PY
 }
-for i in 1 2 3; do
+for i in $(seq ${RUNS:-3}); do
   echo "== previous revision"; (cd _base && PYTHONPATH=/tmp/site:$PWD conv)
   echo "== this revision"; conv
 done
