@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["file_sha256", "range_sha256", "tensor_sha256", "update_from_file"]
+__all__ = ["file_sha256", "tensor_sha256", "update_from_file"]
 
 # Bytes hashed per read. One buffer is reused for a whole file or range: a fresh 16 MiB bytes
 # object per read cost a page fault per 4 KiB (a million faults per conversion, every one taking
@@ -52,13 +52,3 @@ def update_from_file(h: Any, path: str | Path, start: int, end: int) -> None:
             start += n
     finally:
         os.close(fd)
-
-
-def range_sha256(path: str | Path, start: int, end: int) -> str:
-    """sha256 of bytes ``[start, end)`` of a file: a stored tensor's hash, read in chunks.
-
-    Equal to :func:`tensor_sha256` of the tensor stored there (its bytes are the entry's bytes).
-    """
-    h = hashlib.sha256()
-    update_from_file(h, path, start, end)
-    return h.hexdigest()

@@ -87,3 +87,45 @@ def test_a_file_shorter_than_its_header_says_is_an_error(tiny_checkpoint, tmp_pa
             hashes.hexdigests()
     finally:
         hashes.close()
+
+
+def test_whole_file_hashes_in_child_processes_match_and_threads_may_ask_at_once(tiny_checkpoint):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fp4convert.checkpoint.file_hashes import FileHashes
+
+    ckpt = open_checkpoint(tiny_checkpoint("qwen3_moe"))
+    files = list(ckpt.shards)
+    hashes = FileHashes(ckpt.root, files)
+    # shards finishing on several threads ask at once: each child's output is collected once
+    with ThreadPoolExecutor(8) as pool:
+        seen = list(pool.map(lambda _: hashes.hexdigests(), range(16)))
+    expected = {f: file_sha256(ckpt.root / f) for f in files}
+    assert all(s == expected for s in seen)
+    assert hashes.finished() == expected
+    hashes.close()
+
+
+def test_a_file_the_child_cannot_read_is_an_error_naming_it(tmp_path):
+    from fp4convert.checkpoint.file_hashes import FileHashes
+
+    hashes = FileHashes(tmp_path, ["gone.safetensors"])
+    with pytest.raises(CheckpointError, match=r"gone\.safetensors: could not be read") as info:
+        hashes.hexdigests()
+    assert info.value.file == "gone.safetensors"
+    hashes.close()
+
+
+def test_close_stops_a_child_still_hashing(tmp_path):
+    import os
+    import time
+
+    from fp4convert.checkpoint.file_hashes import FileHashes
+
+    os.mkfifo(tmp_path / "never-ends.safetensors")  # the child blocks reading it until killed
+    hashes = FileHashes(tmp_path, ["never-ends.safetensors"])
+    assert hashes.finished() == {}
+    started = time.monotonic()
+    hashes.close()
+    assert time.monotonic() - started < 10
+    assert all(child.returncode is not None for child in hashes._children.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -125,3 +126,51 @@ def test_writebacks_fall_due_every_so_many_bytes_and_change_no_byte(tmp_path):
         never.write(name, t)
         assert not never.writeback_due()
     never.abort()
+
+
+@pytest.mark.parametrize("fault", ["flipped byte", "short read"])
+def test_a_write_that_reads_back_different_is_an_error_naming_the_tensor(tmp_path, monkeypatch, fault):
+    # Every write is read back and compared with the bytes hashed: a disk or file system that
+    # returns other bytes (or fewer) fails the write of that tensor, not a later verify.
+    data = tensors(3)
+    layout = [(name, dtype_name(t.dtype), tuple(t.shape)) for name, t in data.items()]
+    w = PositionalWriter(tmp_path / "d.safetensors", layout)
+    w.write("t0.weight", data["t0.weight"])  # read back intact
+    real = os.preadv
+
+    def lying(fd, buffers, offset):
+        n = real(fd, buffers, offset)
+        if fault == "short read":
+            return n - 1
+        buffers[0][n // 2] ^= 0x01
+        return n
+
+    monkeypatch.setattr(os, "preadv", lying)
+    with pytest.raises(CheckpointError, match=r"'t5\.weight' reads back different") as info:
+        w.write("t5.weight", data["t5.weight"])
+    assert info.value.tensor == "t5.weight"
+    w.abort()
+    assert not (tmp_path / "d.safetensors").exists()
+
+
+def test_a_tensor_larger_than_the_read_back_buffer_is_compared_in_pieces(tmp_path, monkeypatch):
+    # the read-back buffer is reused in pieces; a change in the last piece is still found
+    monkeypatch.setattr("fp4convert.checkpoint.positional_writer._SCRATCH_BYTES", 1000)
+    monkeypatch.setattr("fp4convert.checkpoint.positional_writer._per_thread", __import__("threading").local())
+    big = torch.arange(3001, dtype=torch.uint8)
+    w = PositionalWriter(tmp_path / "e.safetensors", [("big", "U8", (3001,))])
+    real = os.preadv
+    offsets = []
+
+    def last_piece_flipped(fd, buffers, offset):
+        n = real(fd, buffers, offset)
+        offsets.append(offset)
+        if len(offsets) == 4:  # three full pieces, then the fourth: the last byte
+            buffers[0][n - 1] ^= 0x80
+        return n
+
+    monkeypatch.setattr(os, "preadv", last_piece_flipped)
+    with pytest.raises(CheckpointError, match="'big' reads back different"):
+        w.write("big", big)
+    w.abort()
+    assert [b - a for a, b in itertools.pairwise(offsets)] == [1000, 1000, 1000]

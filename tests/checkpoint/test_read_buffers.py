@@ -1,0 +1,67 @@
+"""Reused read buffers: a buffer goes out again only once nothing made from it is alive."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from fp4convert.checkpoint.read_buffers import ReadBuffers
+
+
+def test_a_free_buffer_is_reused_and_one_in_use_never_is():
+    pool = ReadBuffers(1 << 20)
+    first = pool.take(4096)
+    address = first.data_ptr()
+    del first
+    again = pool.take(4096)
+    assert again.data_ptr() == address  # free: reused
+    # anything made from it keeps it taken: a view of another dtype, a numpy array, raw bytes
+    for holder in (
+        lambda t: t.view(torch.bfloat16).reshape(32, 64),
+        lambda t: t.numpy(),
+        lambda t: memoryview(t.numpy()),
+        lambda t: (ctypes.c_char * 4096).from_buffer(t.numpy()),
+    ):
+        kept = holder(again)
+        del again
+        other = pool.take(4096)
+        assert other.data_ptr() != address
+        del other, kept
+        again = pool.take(4096)
+        assert again.data_ptr() == address
+
+
+def test_the_pool_owns_at_most_keep_bytes_and_evicts_free_buffers_for_new_sizes():
+    pool = ReadBuffers(3 * 4096)
+    held = [pool.take(4096) for _ in range(3)]
+    assert pool._owned == 3 * 4096
+    extra = pool.take(4096)  # no room: a buffer of its own, not owned
+    assert pool._owned == 3 * 4096 and extra.numel() == 4096
+    del held[0]
+    bigger = pool.take(8192)  # one free 4096 buffer evicted: still no room for 8192, so not owned
+    assert pool._owned == 2 * 4096
+    del bigger
+    held.clear()
+    pool.take(8192)
+    assert pool._owned <= 3 * 4096
+
+
+def test_threads_never_share_a_buffer():
+    pool = ReadBuffers(64 * 1024)
+    errors = []
+
+    def work(mark: int) -> None:
+        for _ in range(300):
+            t = pool.take(1024)
+            t.fill_(mark)
+            if not bool((t == mark).all()):  # another thread wrote into this buffer meanwhile
+                errors.append(mark)
+
+    threads = [threading.Thread(target=work, args=(m,)) for m in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
