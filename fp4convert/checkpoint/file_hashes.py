@@ -194,19 +194,27 @@ class SourceHashes:
             self._held_bytes = 0
 
 
-# What a hashing child process runs: sha256 of one file through one reused buffer, printed in hex;
-# it stops when its parent is gone (a killed conversion leaves no reader behind). ``-I`` keeps the
-# child to the standard library: nothing of the environment or the working folder is imported.
+# What a hashing child process runs: sha256 of one file, printed in hex. It maps the file rather
+# than reading it (the page cache's pages hashed in place: no copy, a sixth of the system time), and
+# stops when its parent is gone (a killed conversion leaves no reader behind). A file cut short
+# while mapped kills the child with SIGBUS, which the parent reports as an error naming the file.
+# ``-I`` keeps the child to the standard library: nothing of the environment or working folder.
 _CHILD = """
-import hashlib, os, sys
+import hashlib, mmap, os, sys
 path, parent = sys.argv[1], int(sys.argv[2])
-sha, buffer = hashlib.sha256(), bytearray(1 << 20)
-view = memoryview(buffer)
-with open(path, "rb", buffering=0) as f:
-    while n := f.readinto(buffer):
-        sha.update(view[:n])
-        if os.getppid() != parent:
-            sys.exit(1)
+sha, step = hashlib.sha256(), 16 << 20
+with open(path, "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    if size:
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            if hasattr(mmap, "MADV_SEQUENTIAL"):
+                mapped.madvise(mmap.MADV_SEQUENTIAL)
+            view = memoryview(mapped)
+            for start in range(0, size, step):
+                sha.update(view[start : start + step])
+                if os.getppid() != parent:
+                    sys.exit(1)
+            view.release()
 print(sha.hexdigest())
 """
 
@@ -251,7 +259,9 @@ class FileHashes:
             child = self._children[file]
             out, err = child.communicate()
             if child.returncode != 0:
-                reason = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {child.returncode}"]
+                code = child.returncode
+                status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                reason = err.decode(errors="replace").strip().splitlines()[-1:] or [status]
                 raise CheckpointError(
                     f"{file}: could not be read to hash it ({reason[0]})",
                     hint="check that the file exists and is readable, and was not changed during the run",
