@@ -3,7 +3,8 @@
 Builds the 48-layer Qwen3-30B-A3B master on the GPU (bench/live_sync.py's), runs export_hf once
 (kernels compiled, plan cached), then constructs a new exporter for a config the plan cache has not
 seen and profiles its first call with cProfile (CUDA synchronised at the end), then the same for
-a new validator. Prints the top functions by cumulative and by own time, and the steady time.
+a new validator. Prints the top functions by cumulative and by own time, the second call's time,
+and the top functions of a steady call by own time.
 Usage: python bench/device/first_call_profile.py [LAYERS]
 """
 
@@ -46,6 +47,13 @@ def profile(label: str, fn) -> None:
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(28)
     stats.sort_stats("tottime").print_stats(16)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    fn()
+    torch.cuda.synchronize()
+    profiler.disable()
+    print(f"== {label}: a steady call under cProfile", flush=True)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(16)
 
 
 fresh = {**config, "bench_nonce": time.time_ns()}
