@@ -30,6 +30,7 @@ from fp4convert.formats.nvfp4 import nvfp4_matrix
 from fp4convert.formats.nvfp4 import row_amax as nvfp4_row_amax
 from fp4convert.formats.spec import KERNEL_BLOCK_ROWS as BLOCK_ROWS
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
+from fp4convert.formats.uploads import upload
 
 __all__ = [
     "SegmentLayout",
@@ -98,7 +99,7 @@ class SegmentLayout:
                     torch.tensor(self.units, dtype=torch.int64), torch.tensor(self.rows)
                 ),
             }
-            self._device[key] = {name: t.to(device) for name, t in ints.items()}
+            self._device[key] = dict(zip(ints, upload(list(ints.values()), device), strict=True))
         return self._device[key]
 
     @property
@@ -162,8 +163,7 @@ class Sources:
                 raise FormatError(
                     "segment rows must start on 16-byte boundaries, with a row stride of a multiple of 16 elements"
                 )
-            host = torch.tensor([ptrs, lds], dtype=torch.int64)
-            dev = host.to(self.device, non_blocking=False)
+            (dev,) = upload([torch.tensor([ptrs, lds], dtype=torch.int64)], self.device)
             self._ptrs, self._ld, self._last = dev[0].contiguous(), dev[1].contiguous(), ptrs
         return self._ptrs, self._ld
 

@@ -21,6 +21,7 @@ import torch
 from fp4convert.formats import kernels
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.segments import Sources, mxfp8_segments, nvfp4_segments, unit_amax
+from fp4convert.formats.uploads import upload
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.groups import bind_segments, segments_of
 from fp4convert.megatron.plan import ExportPlan
@@ -61,13 +62,16 @@ class Batch:
             item_unit = [ids.setdefault(u, len(ids)) for u in self.units]
             first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
             counts = torch.tensor(self.rows)
-            self.index[key] = (
-                torch.repeat_interleave(torch.tensor(item_unit), counts).to(device),
-                torch.repeat_interleave(torch.arange(len(self.items)), counts).to(device),
-                torch.tensor(item_unit).to(device),
-                torch.tensor([first[u] for u in range(len(ids))]).to(device),
-                torch.tensor(len(ids)),
+            tables = upload(
+                [
+                    torch.repeat_interleave(torch.tensor(item_unit), counts),
+                    torch.repeat_interleave(torch.arange(len(self.items)), counts),
+                    torch.tensor(item_unit),
+                    torch.tensor([first[u] for u in range(len(ids))]),
+                ],
+                device,
             )
+            self.index[key] = (*tables, torch.tensor(len(ids)))
         return self.index[key]
 
 

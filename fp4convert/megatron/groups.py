@@ -31,6 +31,7 @@ from fp4convert.formats.segments import (
     reads_by_address,
     unit_amax,
 )
+from fp4convert.formats.uploads import upload
 from fp4convert.inventory import Role
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron.encode import encode_group
@@ -78,7 +79,7 @@ class Group:
     def item_units(self, device: torch.device) -> torch.Tensor:
         key = str(device)
         if key not in self._units_dev:
-            self._units_dev[key] = torch.tensor(self.units, dtype=torch.long).to(device)
+            (self._units_dev[key],) = upload([torch.tensor(self.units, dtype=torch.long)], device)
         return self._units_dev[key]
 
     def build_layout(self, pieces: Sequence[Piece]) -> None:

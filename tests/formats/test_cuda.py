@@ -143,3 +143,21 @@ def test_tensor_amax_kernel_ignores_nan_and_keeps_inf():
     y = adversarial((512, 1024), torch.float32, seed=19)
     want = torch.where(y.isnan(), torch.zeros_like(y), y.abs()).amax()
     assert_bytes_equal(kernels.tensor_amax(y.cuda()).cpu(), want)
+
+
+def test_tables_upload_in_one_copy_with_their_values_dtypes_and_alignment():
+    from fp4convert.formats.uploads import upload
+
+    tables = [
+        torch.arange(5, dtype=torch.int64),
+        torch.tensor([[1, 2], [3, 4]], dtype=torch.int32),
+        torch.empty(0, dtype=torch.int64),
+        torch.tensor([7], dtype=torch.int32),
+    ]
+    torch.cuda._sleep(50_000_000)  # the copy queues behind pending work; the values are still right
+    got = upload(tables, "cuda")
+    for host, dev in zip(tables, got, strict=True):
+        assert dev.is_cuda and dev.dtype == host.dtype and dev.shape == host.shape
+        assert torch.equal(dev.cpu().view(torch.uint8), host.view(torch.uint8))
+        assert dev.data_ptr() % 256 == 0
+    assert len({t.untyped_storage().data_ptr() for t in got}) == 1  # one buffer, one copy
