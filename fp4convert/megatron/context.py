@@ -17,6 +17,7 @@ import torch
 
 from fp4convert.checkpoint.safetensors_io import dtype_name
 from fp4convert.families import unpack
+from fp4convert.formats.uploads import upload
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES, itemsize
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.groups import sent_dtype
@@ -97,7 +98,7 @@ class Context:
             return tensor[start : start + count]
         key = (name, str(self.device))  # interleaved rows (QKV): an index kept on the device
         if key not in self.rows_on:
-            self.rows_on[key] = piece.index().to(self.device)
+            (self.rows_on[key],) = upload([piece.index()], self.device)
         return tensor.index_select(0, self.rows_on[key])
 
     def expected_outputs(self, item: PlannedTensor) -> list[tuple[str, str, tuple[int, ...]]] | None:
