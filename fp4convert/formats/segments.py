@@ -85,7 +85,7 @@ class SegmentLayout:
 
     def tables(self, device: torch.device) -> dict[str, torch.Tensor]:
         """Static device tables: the ``(segment, first row)`` block table and per-segment rows,
-        output rows and units (built once per device)."""
+        output rows and units (built once per device, one copy)."""
         key = str(device)
         if key not in self._device:
             blocks = [(s, r) for s, rows in enumerate(self.rows) for r in range(0, rows, BLOCK_ROWS)]
@@ -95,12 +95,18 @@ class SegmentLayout:
                 "out": torch.tensor(self.out_rows, dtype=torch.int32),
                 "unit": torch.tensor(self.units, dtype=torch.int64),
                 "unit32": torch.tensor(self.units, dtype=torch.int32),
-                "row_unit": torch.repeat_interleave(
-                    torch.tensor(self.units, dtype=torch.int64), torch.tensor(self.rows)
-                ),
             }
             self._device[key] = dict(zip(ints, upload(list(ints.values()), device), strict=True))
         return self._device[key]
+
+    def row_units(self, device: torch.device) -> torch.Tensor:
+        """Each row's unit (int64), for the paths without a segment kernel on the device (built
+        once per device; the Triton kernels never need it, and it is the largest table)."""
+        key = f"row_unit:{device}"
+        if key not in self._device:
+            rows = torch.repeat_interleave(torch.tensor(self.units, dtype=torch.int64), torch.tensor(self.rows))
+            self._device[key] = {"row_unit": upload([rows], device)[0]}
+        return self._device[key]["row_unit"]
 
     @property
     def even_rows(self) -> bool:
@@ -271,7 +277,7 @@ def nvfp4_segments(
             BR=BLOCK_ROWS, BC=bc, CH=0, enable_fp_fusion=False,
         )  # fmt: skip
         return
-    row_amax = amax.float()[layout.tables(amax.device)["row_unit"]]
+    row_amax = amax.float()[layout.row_units(amax.device)]
     if segment_kernel and device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
         kernels.nvfp4_segments(sources.tensors, layout.out_rows, row_amax, profile, tile == "16x16", data, scale)
         return
