@@ -110,6 +110,9 @@ class LiveExporter:
         calibration: activation amax per HF module, for per-tensor activation contracts.
         output_sets: how many sets of output buffers are kept for reuse (more are allocated per
             call when every kept set is still referenced).
+        device: where to allocate the first set of output buffers now, at construction (None: at
+            the first sync, on the device the parameters arrive on); a learner that knows its GPU
+            takes this cost out of its first sync.
 
     Raises:
         ConversionError: the contract cannot be exported in this dialect.
@@ -133,6 +136,7 @@ class LiveExporter:
         include_input_scale: bool = False,
         calibration: Mapping[str, float] | None = None,
         output_sets: int = 2,
+        device: str | torch.device | None = None,
     ) -> None:
         self.plan = export_plan(
             contract=contract,
@@ -161,6 +165,12 @@ class LiveExporter:
         self._sets: list[_OutputSet] = []
         self.output_sets = output_sets
         self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
+        if device is not None and output_sets > 0:
+            out = _OutputSet()
+            where = torch.empty(0, device=device).device  # "cuda" as the tensors will say it: cuda:N
+            for g, group in enumerate(self.groups):
+                out.group(self.plan, g, group, where, self._firsts[g])
+            self._sets.append(out)
 
     # -- one sync ------------------------------------------------------------------------------
 

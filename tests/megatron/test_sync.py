@@ -102,6 +102,21 @@ def test_steady_state_reuses_the_same_buffers(model):
     assert len(addresses) == 1
 
 
+def test_buffers_allocated_at_construction_are_the_first_syncs(model):
+    # device=...: the first set of output buffers exists before the first sync, which fills it
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config, device="cpu")
+    assert len(exporter._sets) == 1 and len(exporter._sets[0].groups) == len(exporter.groups)
+    allocated = {g.data.data_ptr() for g in exporter._sets[0].groups.values()}
+    update = exporter(megatron)
+    quantized = [t for n, t in update if n.endswith("gate_proj.weight") and t.dtype == torch.uint8]
+    assert quantized and all(any(t.untyped_storage().data_ptr() == a for a in allocated) for t in quantized)
+    reference = dict(_exporter(config)(megatron))
+    for name, tensor in update:
+        assert_bytes_equal(tensor, reference[name])
+
+
 def _own_bytes(update, master) -> int:
     """Bytes of the outputs that are not the master's own tensors (what the exporter allocated)."""
     held = {t.untyped_storage().data_ptr() for t in master.values()}
