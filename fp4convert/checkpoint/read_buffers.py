@@ -49,6 +49,8 @@ class ReadBuffers:
     Args:
         keep_bytes: bytes of buffers the pool owns at most, in use and free; a read that finds no
             free buffer of its size and no room gets a buffer of its own, freed as usual.
+        keep_below: reads of at least this many bytes always get a buffer of their own (an
+            embedding or lm_head is read once; kept, it would hold its memory for the whole run).
 
     Example:
         >>> pool = ReadBuffers(1 << 20)
@@ -57,8 +59,9 @@ class ReadBuffers:
         True
     """
 
-    def __init__(self, keep_bytes: int) -> None:
+    def __init__(self, keep_bytes: int, *, keep_below: int | None = None) -> None:
         self._keep = keep_bytes
+        self._keep_below = keep_bytes if keep_below is None else keep_below
         self._owned = 0
         self._by_size: dict[int, list[mmap.mmap]] = {}
         self._lock = threading.Lock()
@@ -68,6 +71,8 @@ class ReadBuffers:
         """An uninitialized uint8 tensor of ``nbytes`` (64-byte aligned)."""
         if nbytes <= 0:
             return torch.empty(0, dtype=torch.uint8)
+        if nbytes >= self._keep_below:
+            return torch.frombuffer(_map(nbytes), dtype=torch.uint8)
         with self._lock:
             buffers = self._by_size.setdefault(nbytes, [])
             for buffer in buffers:

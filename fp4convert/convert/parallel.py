@@ -65,6 +65,9 @@ _WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background 
 # about 50 ms (~1.3 GB/s per core for amax + NVFP4): a worker left alone with it at the end of a
 # run costs little, while an embedding or lm_head (hundreds of MB) is still split over every core.
 _SPLIT_ABOVE_BYTES = 64 << 20
+# A source tensor this large is read into memory of its own rather than a reused buffer: it is
+# read once (an embedding, an lm_head), and kept in the pool it would hold its memory to the end.
+_OWN_BUFFER_FROM_BYTES = 64 << 20
 
 
 def default_readers(workers: int) -> int:
@@ -197,8 +200,10 @@ class _Run:
         self.reader = SourceReader(
             self.plan.source,
             hashes=SourceHashes(self.plan.source, files=chained, fill_gaps=True),
-            # what the budget lets be in flight, reused: no page faults on most reads
-            buffers=ReadBuffers(self.budget.limit),
+            # the budget's worth of buffers reused (no page faults on most reads); a tensor of
+            # 64 MiB or more (an embedding, an lm_head: read once) gets memory of its own, which
+            # is returned once it is written, so the peak RSS stays what the budget makes it
+            buffers=ReadBuffers(job.budget, keep_below=_OWN_BUFFER_FROM_BYTES),
         )
 
     def hook(self, event: str, payload: Mapping[str, Any]) -> None:

@@ -65,3 +65,12 @@ def test_threads_never_share_a_buffer():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_reads_from_keep_below_get_memory_of_their_own():
+    pool = ReadBuffers(1 << 20, keep_below=8192)
+    large = pool.take(8192)
+    assert pool._owned == 0 and large.numel() == 8192  # not the pool's: freed with the tensor
+    del large
+    small = pool.take(4096)
+    assert pool._owned == 4096 and small.numel() == 4096
