@@ -194,6 +194,31 @@ def test_interrupted_run_leaves_nothing_that_looks_complete_and_resumes(tiny_che
     assert not partial.exists()
 
 
+def test_a_write_that_reads_back_different_fails_the_run_naming_it_and_publishes_nothing(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    # every write is read back and compared (PositionalWriter); storage that returns other bytes
+    # for one tensor stops the conversion there, with that tensor named, and nothing is published
+    from fp4convert.checkpoint import positional_writer
+    from fp4convert.errors import CheckpointError
+
+    src = tiny_checkpoint("qwen3_moe")
+    real = positional_writer._equal
+    calls = []
+
+    def differs_once(address, view, start, nbytes):
+        calls.append(nbytes)
+        return real(address, view, start, nbytes) and len(calls) != 40
+
+    monkeypatch.setattr(positional_writer, "_equal", differs_once)
+    dst = tmp_path / "out"
+    with pytest.raises(CheckpointError, match=r"reads back different from what was written") as info:
+        convert_checkpoint(src, dst, contract=NVFP4_EXPERTS)
+    assert info.value.tensor
+    assert not dst.exists()
+    assert not (tmp_path / "out.partial" / "fp4convert.json").exists()
+
+
 def test_resume_refuses_a_different_contract(tiny_checkpoint, tmp_path):
     src = tiny_checkpoint("qwen3_moe")
 
