@@ -251,24 +251,20 @@ class FileHashes:
 
     def _collect(self, file: str) -> str:
         with self._lock:
-            return self._collect_locked(file)
-
-    def _collect_locked(self, file: str) -> str:
-        digest = self._digests.get(file)
-        if digest is None:
-            child = self._children[file]
-            out, err = child.communicate()
-            if child.returncode != 0:
-                code = child.returncode
-                status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-                reason = err.decode(errors="replace").strip().splitlines()[-1:] or [status]
-                raise CheckpointError(
-                    f"{file}: could not be read to hash it ({reason[0]})",
-                    hint="check that the file exists and is readable, and was not changed during the run",
-                    file=file,
-                )
-            digest = self._digests[file] = out.decode().strip()
-        return digest
+            if file not in self._digests:
+                child = self._children[file]
+                out, err = child.communicate()
+                if child.returncode != 0:
+                    code = child.returncode
+                    status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                    reason = err.decode(errors="replace").strip().splitlines()[-1:] or [status]
+                    raise CheckpointError(
+                        f"{file}: could not be read to hash it ({reason[0]})",
+                        hint="check that the file exists and is readable, and was not changed during the run",
+                        file=file,
+                    )
+                self._digests[file] = out.decode().strip()
+            return self._digests[file]
 
     def finished(self) -> dict[str, str]:
         """sha256 of the files hashed whole so far."""

@@ -33,6 +33,7 @@ import torch
 from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.safetensors_io import check_declared, header_bytes
 from fp4convert.errors import CheckpointError
+from fp4convert.formats.kernels import HOLD_GIL_BELOW_BYTES
 
 __all__ = ["PositionalWriter"]
 
@@ -216,7 +217,6 @@ class PositionalWriter:
 
 
 _SCRATCH_BYTES = 4 << 20  # bytes read back per call: large enough for few calls, small enough for the cache
-_HOLD_GIL_BELOW_BYTES = 64 << 10  # a memcmp this small keeps the GIL (a release is a hand-off to another thread)
 _LIBC = ctypes.CDLL(None)  # releases the GIL around each call
 _LIBC_HOLDING_GIL = ctypes.PyDLL(None)
 for _memcmp in (_LIBC.memcmp, _LIBC_HOLDING_GIL.memcmp):
@@ -244,7 +244,7 @@ def _scratch() -> _Scratch:
 def _equal(address: int, view: memoryview, start: int, nbytes: int) -> bool:
     """Whether ``nbytes`` bytes at ``address`` equal ``view[start:start + nbytes]``."""
     theirs = ctypes.addressof(ctypes.c_char.from_buffer(view)) + start
-    memcmp = _LIBC_HOLDING_GIL.memcmp if nbytes < _HOLD_GIL_BELOW_BYTES else _LIBC.memcmp
+    memcmp = _LIBC_HOLDING_GIL.memcmp if nbytes < HOLD_GIL_BELOW_BYTES else _LIBC.memcmp
     return bool(memcmp(address, theirs, nbytes) == 0)
 
 

@@ -63,10 +63,11 @@ PROFILE_CODES = {"te": 0, "te-2.13": 1, "modelopt": 2, "4over6": 3}
 _MIN_ELEMENTS_PER_TASK = 1 << 20
 
 
-# Inputs smaller than this run through a handle that keeps the GIL (ctypes.PyDLL): the kernel
+# Inputs smaller than this run through a handle that keeps the GIL (ctypes.PyDLL): the call
 # takes tens of microseconds, less than handing the GIL to another thread and waiting to get it
-# back, which is what releasing it costs when a conversion's many threads all want it.
-_HOLD_GIL_BELOW_BYTES = 64 << 10
+# back, which is what releasing it costs when a conversion's many threads all want it. (The
+# writer's read-back memcmp follows the same rule.)
+HOLD_GIL_BELOW_BYTES = 64 << 10
 
 
 def _declare(lib: Any) -> Any:
@@ -115,7 +116,7 @@ def _load_native(hold_gil: bool) -> Any | None:
 
 def _lib(nbytes: int | None = None) -> Any:
     """The kernel library for an input of ``nbytes``: small ones keep the GIL (see above)."""
-    lib = _native_lib(nbytes is not None and nbytes < _HOLD_GIL_BELOW_BYTES)
+    lib = _native_lib(nbytes is not None and nbytes < HOLD_GIL_BELOW_BYTES)
     if lib is None:
         raise RuntimeError("the native fp4convert kernel is not built (callers check has_fast_path first)")
     return lib
@@ -292,7 +293,7 @@ def nonfinite_counts(tensor: torch.Tensor) -> tuple[int, int] | None:
     or None where the kernel does not apply (the caller counts with torch)."""
     if tensor.device.type != "cpu" or tensor.dtype not in _DTYPE_CODES or not tensor.is_contiguous():
         return None
-    lib = _native_lib(_input_bytes(tensor) < _HOLD_GIL_BELOW_BYTES)
+    lib = _native_lib(_input_bytes(tensor) < HOLD_GIL_BELOW_BYTES)
     if lib is None:
         return None
     out = (ctypes.c_int64 * 2)()
