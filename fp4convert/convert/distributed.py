@@ -104,7 +104,6 @@ def merge_results(records: Sequence[Mapping[str, Any]]) -> ShardResults:
     out = ShardResults()
     for record in records:
         out.sha.update(record["sha"])
-        out.read_back.update(record["read_back"])
         out.source_hashes.update(record["source_hashes"])
         out.written.extend(record["written"])
         out.nonfinite.update(record["nonfinite"])

@@ -251,9 +251,8 @@ def _convert_shards(
     }
     records = team.gather("results", {**mine.__dict__, "figures": figures})
     results = merge_results(records) if records is not None else mine
-    for file, tensors in kept.items():
-        results.sha.update(finished[file]["tensors"])
-        results.read_back.update(tensors)
+    for file, tensors in kept.items():  # kept only where the file's tensors hash as journaled
+        results.sha.update(tensors)
         nonfinite = finished[file].get("nonfinite")
         results.nonfinite.update(nonfinite if isinstance(nonfinite, dict) else {})
     return results, list(kept), [r["figures"] for r in records] if records is not None else [figures]
@@ -492,7 +491,7 @@ def _publish(
     )
     total = finish_output(staging, plan, manifest)
     phases.lap("manifest")
-    report = verify_checkpoint(staging, read_back=shards.read_back, ignore_files=(JOURNAL,))
+    report = verify_checkpoint(staging, read_back=shards.sha, ignore_files=(JOURNAL,))
     phases.lap("verify")
     if not report.ok:
         raise ConversionError(

@@ -107,12 +107,11 @@ class ShardJob:
 
 @dataclass
 class ShardResults:
-    """What writing the shards gave: each output tensor's sha256 as written and as read back from
-    disk, each hashed source file's sha256, the shards written, and the NaN / inf counts of the
-    source tensors read for them."""
+    """What writing the shards gave: each output tensor's sha256 (that of the bytes in the file:
+    every write is read back and compared as it is made), each hashed source file's sha256, the
+    shards written, and the NaN / inf counts of the source tensors read for them."""
 
     sha: dict[str, str] = field(default_factory=dict)
-    read_back: dict[str, str] = field(default_factory=dict)
     source_hashes: dict[str, str] = field(default_factory=dict)
     written: list[str] = field(default_factory=list)
     nonfinite: dict[str, dict[str, int]] = field(default_factory=dict)  # source tensor -> {"nan": n, "inf": m}
@@ -347,8 +346,6 @@ class _Run:
             self.on_finished(file, record)
         # every write was read back and compared as it was made (PositionalWriter): the file's
         # tensors hash as recorded; what is left is making it durable, off the critical path
-        with self.lock:
-            self.results.read_back.update(writer.sha256)
         self.submit(self.sync, path)
 
     def sync(self, path: Path) -> None:

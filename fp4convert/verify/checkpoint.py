@@ -230,8 +230,8 @@ def verify_checkpoint(
         source: the BF16 source checkpoint (folder or Hub repo id); when given, every tensor is
             re-quantized from it and compared byte for byte.
         device: where the re-quantization runs.
-        read_back: sha256 of tensors already read back from these files (the converter hashes each
-            finished shard from disk while it converts the next one); they are not read again.
+        read_back: sha256 of tensors already read back from these files (the converter reads every
+            write back and compares it with the bytes it hashed); they are not read again.
         ignore_files: names in the folder that are not checked (the converter's resume journal,
             removed after this check).
         files: check the bytes (sha256, and the source comparison) of the tensors stored in these
