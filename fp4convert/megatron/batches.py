@@ -45,7 +45,7 @@ class Batch:
     units: list[str]  # shared-amax unit of each item
     outputs: list[list[str]]  # per output role (data, scale[, global]), the items' names
     rows: list[int]
-    index: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # device -> tensors
+    index: dict[str, Any] = field(default_factory=dict)  # device (and per-row tables) -> tensors
     pieces: list[Piece] | None = None  # the master pieces the segments below were made from
     segments: list[tuple[str, int | None, int]] = field(default_factory=list)
     sources: Sources | None = None
@@ -54,25 +54,31 @@ class Batch:
         ids: dict[str, int] = {}
         return [ids.setdefault(u, len(ids)) for u in self.units]
 
-    def on(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        """(row_unit, row_item, item_unit, unit_first, units) index tensors on ``device``."""
+    def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(item_unit, unit_first, units) index tensors on ``device``: each item's unit, each
+        unit's first item, and how many units."""
         key = str(device)
         if key not in self.index:
             ids: dict[str, int] = {}
             item_unit = [ids.setdefault(u, len(ids)) for u in self.units]
             first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
-            counts = torch.tensor(self.rows)
-            tables = upload(
-                [
-                    torch.repeat_interleave(torch.tensor(item_unit), counts),
-                    torch.repeat_interleave(torch.arange(len(self.items)), counts),
-                    torch.tensor(item_unit),
-                    torch.tensor([first[u] for u in range(len(ids))]),
-                ],
-                device,
-            )
+            tables = upload([torch.tensor(item_unit), torch.tensor([first[u] for u in range(len(ids))])], device)
             self.index[key] = (*tables, torch.tensor(len(ids)))
         return self.index[key]
+
+    def per_row(self, what: str, device: torch.device) -> torch.Tensor:
+        """Each master row's ``"item"`` or ``"unit"`` (int64 on ``device``), built on first use: only
+        batches of unequal items and the paths without segment kernels need them."""
+        key = f"{what}:{device}"
+        if key not in self.index:
+            values = torch.arange(len(self.items)) if what == "item" else torch.tensor(self.item_units())
+            (self.index[key],) = upload([torch.repeat_interleave(values, torch.tensor(self.rows))], device)
+        return self.index[key]
+
+    @property
+    def equal_rows(self) -> bool:
+        """Whether every item has the same rows (a layer's experts), so per-item sums are a reshape."""
+        return len(set(self.rows)) == 1
 
 
 #: one step of the byte check: ``("bf16", item)`` compared as is, or ``(format, batch)``
@@ -140,9 +146,14 @@ def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor if tensor.device == device else tensor.to(device)
 
 
-def _bad_rows(row_item: torch.Tensor, items: int, actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-    bad = (actual.reshape(expected.shape) != expected).any(dim=1).long()
-    return torch.zeros(items, dtype=torch.int64, device=expected.device).index_add_(0, row_item, bad)
+def _bad_rows(batch: Batch, actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Differing rows of each item of ``batch`` (int64 ``(items,)`` on the device)."""
+    bad = (actual.reshape(expected.shape) != expected).any(dim=1)
+    items = len(batch.items)
+    if batch.equal_rows:
+        return bad.view(items, -1).sum(dim=1)
+    row_item = batch.per_row("item", expected.device)
+    return torch.zeros(items, dtype=torch.int64, device=expected.device).index_add_(0, row_item, bad.long())
 
 
 def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -189,7 +200,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     sources, x = _master_rows(ctx, batch)
     act_data, act_scale, act_global = _exported(ctx, batch)
     device = ctx.device
-    row_unit, row_item, item_unit, unit_first, units = batch.on(device)
+    item_unit, unit_first, units = batch.on(device)
     tile = getattr(batch.items[0].decision.recipe, "tile", "1x16")
     if sources is not None:
         unit_amax_ = unit_amax(sources)
@@ -200,6 +211,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
         dtype = sources.dtype
     else:
         assert x is not None
+        row_unit = batch.per_row("unit", device)
         unit_amax_ = torch.zeros(int(units), dtype=torch.float32, device=device).scatter_reduce_(
             0, row_unit, kernels.row_amax(x), "amax", include_self=False
         )
@@ -209,11 +221,10 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     amaxes = NVFP4Tensor((int(units),), dtype, tile, "tensor", plan.profile, unit_amax_)
     expected_global = plan.dialect.global_scale(amaxes).float()[item_unit].view(torch.int32)
     act_global = act_global.view(torch.int32)
-    n = len(batch.items)
     return torch.stack(
         [
-            _bad_rows(row_item, n, act_data, data),
-            _bad_rows(row_item, n, act_scale, scale),
+            _bad_rows(batch, act_data, data),
+            _bad_rows(batch, act_scale, scale),
             (act_global != expected_global).long(),
             (act_global != act_global[unit_first[item_unit]]).long(),
         ],
@@ -224,7 +235,6 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
 def _mxfp8(ctx: Context, batch: Batch) -> torch.Tensor:
     sources, x = _master_rows(ctx, batch)
     act_data, act_scale = _exported(ctx, batch)
-    _, row_item, _, _, _ = batch.on(ctx.device)
     if sources is not None:
         layout = sources.layout
         data = torch.empty(layout.total_rows, layout.cols, dtype=torch.uint8, device=ctx.device)
@@ -233,8 +243,7 @@ def _mxfp8(ctx: Context, batch: Batch) -> torch.Tensor:
     else:
         assert x is not None
         data, scale = kernels.mxfp8_matrix(x)
-    n = len(batch.items)
-    return torch.stack([_bad_rows(row_item, n, act_data, data), _bad_rows(row_item, n, act_scale, scale)], dim=1)
+    return torch.stack([_bad_rows(batch, act_data, data), _bad_rows(batch, act_scale, scale)], dim=1)
 
 
 def mismatches(ctx: Context, kind: str, payload: PlannedTensor | Batch) -> tuple[torch.Tensor, tuple[str, ...]]:

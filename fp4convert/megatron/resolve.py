@@ -137,6 +137,31 @@ class MasterNames:
         self._cache: dict[tuple[str, tuple[int, ...]], list[Piece]] = {}
         self._checked: set[str] = set()
 
+    def canonical(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of every master tensor under the plan's own Megatron spelling (TE grouped
+        experts, fused QKV / gate-up), as a learner with the standard layer specs names them: what
+        an exporter can resolve before the first sync. Names given otherwise resolve when they come."""
+        out: list[tuple[str, tuple[int, ...]]] = []
+        for name, (names, _, _) in self._fast.items():
+            shapes = [tuple(self.plan.items[n].info.shape) for n in names]
+            if not shapes[0] or any(len(s) != len(shapes[0]) or s[1:] != shapes[0][1:] for s in shapes):
+                continue  # a scalar, or members that do not stack by rows: nothing to predict
+            out.append((name, (sum(s[0] for s in shapes), *shapes[0][1:])))
+        return out
+
+    def prepare(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Resolve the :meth:`canonical` names now, in one batched pass (an exporter's or
+        validator's constructor: the first sync then finds them); returns them. Where the families
+        disagree with the plan's spelling nothing is kept, and names resolve as they come."""
+        predicted = self.canonical()
+        try:
+            self.resolve(predicted)
+        except MappingError:
+            self._cache.clear()
+            self._checked.clear()
+            return []
+        return predicted
+
     # -- resolution --------------------------------------------------------------------------------
 
     def pieces(self, key: str, shape: tuple[int, ...]) -> list[Piece]:

@@ -26,6 +26,7 @@ import torch
 
 from fp4convert.errors import MappingError
 from fp4convert.families import unpack
+from fp4convert.formats.segments import reads_by_address
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_groups, run_group, sent_dtype
 from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
@@ -165,12 +166,35 @@ class LiveExporter:
         self._sets: list[_OutputSet] = []
         self.output_sets = output_sets
         self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
-        if device is not None and output_sets > 0:
+        where = None if device is None else torch.empty(0, device=device).device  # cuda -> cuda:N, as tensors say
+        self._prepare(where)
+        if where is not None and output_sets > 0:
             out = _OutputSet()
-            where = torch.empty(0, device=device).device  # "cuda" as the tensors will say it: cuda:N
             for g, group in enumerate(self.groups):
                 out.group(self.plan, g, group, where, self._firsts[g])
             self._sets.append(out)
+
+    def _prepare(self, device: torch.device | None) -> None:
+        """What the first sync would otherwise work out, done now for the plan's own Megatron
+        names: each name's pieces (resolved in one batched pass) and each group's segment layout,
+        with its device tables when the device is known. A learner spelling names otherwise
+        (SequentialMLP experts, a wrapper prefix) has them resolved at its first sync instead."""
+        pieces_of: dict[str, Piece] = {}
+        for key, shape in self.names.prepare():
+            try:
+                _, members = self._record(key, shape)
+            except MappingError:  # not this learner's shape after all: resolved when it comes
+                continue
+            pieces_of.update((piece.name, piece) for piece, _ in members)
+        for g, group in enumerate(self.groups):
+            pieces = [pieces_of.get(item.info.name) for item in group.items]
+            if any(p is None for p in pieces):
+                continue
+            known = [p for p in pieces if p is not None]
+            group.build_layout(known)
+            self._layout_of[g] = known
+            if device is not None and group.layout is not None and reads_by_address(device):
+                group.layout.tables(device)
 
     # -- one sync ------------------------------------------------------------------------------
 

@@ -118,7 +118,10 @@ class ExportValidator:
         self.max_diagnosed = max_diagnosed
         self._compiled: tuple[Any, _Compiled | None] = (None, None)
         self._names = MasterNames(self.plan, ep_rank, ep_size)
+        self._names.prepare()  # the plan's own Megatron names, resolved before the first sync
         self._rows_on: dict[tuple[str, str], torch.Tensor] = {}
+        #: the byte check's steps when the master gives every expected item (the usual case)
+        self._all_steps = self._steps(self.items, complete=None)
 
     # -- what a master layout fixes ------------------------------------------------------------------
 
@@ -144,7 +147,8 @@ class ExportValidator:
             for name, dtype, shape in outputs.get(item.info.name, ())
         ]
         compiled = _Compiled(sources, outputs, list(scratch.findings), ctx.expected_names, ctx.master_bytes, checks)
-        compiled.steps = self._steps([self.plan.items[n] for n in outputs], complete=None)
+        everything = len(outputs) == len(self.items)
+        compiled.steps = self._all_steps if everything else self._steps([self.plan.items[n] for n in outputs], None)
         self._compiled = (signature, compiled)
         return compiled
 

@@ -48,3 +48,21 @@ def test_tensors_that_do_not_fit_the_group_are_refused():
         odd = Sources(SegmentLayout.of([8, 8], cols=16)).bind([torch.zeros(8, 16), torch.zeros(8, 16)])
         nvfp4_segments(odd, torch.ones(2), "te", tile="16x16", data=torch.empty(16, 8, dtype=torch.uint8),
                        scale=torch.empty(16, 1, dtype=torch.uint8))  # fmt: skip
+
+
+def test_equal_layouts_are_one_object_while_in_use_and_share_their_tables():
+    import gc
+
+    first = SegmentLayout.of([768, 768, 40], [0, 0, 1], cols=64)
+    tables = first.tables(torch.device("cpu"))
+    again = SegmentLayout.of((768, 768, 40), (0, 0, 1), cols=64)
+    assert again is first and again.tables(torch.device("cpu")) is tables
+    assert SegmentLayout.of([768, 768, 40], [0, 1, 2], cols=64) is not first  # other units
+    assert SegmentLayout.of([768, 768, 40], [0, 0, 1], cols=128) is not first  # other width
+    # the block table: (segment, first row) of every 16-row block, a short last block included
+    blocks = [[s, r] for s, rows in enumerate((768, 768, 40)) for r in range(0, rows, 16)]
+    assert tables["tab"].dtype == torch.int32 and tables["tab"].tolist() == blocks
+    del first, again, tables
+    gc.collect()
+    fresh = SegmentLayout.of([768, 768, 40], [0, 0, 1], cols=64)
+    assert fresh._device == {}  # nothing kept once no group held it (built anew)

@@ -336,3 +336,43 @@ def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, m
         torch.cuda.synchronize()
         assert torch.cuda.memory_allocated() == after_first
         assert peak < max(own / 2, 1 << 16), (peak, own)
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3"])
+def test_the_plans_own_names_are_resolved_and_laid_out_at_construction(family, model):
+    # what the first sync would work out for the standard spelling is done in the constructor:
+    # that sync finds every name's record and every group's layout already made, and uses them
+    hf, config = model(family)
+    megatron = hf_to_megatron(hf, family, config)
+    exporter = _exporter(config)
+    records = dict(exporter._records)
+    layouts = [group.layout for group in exporter.groups]
+    assert records and all(layout is not None for layout in layouts)
+    update = exporter(megatron)
+    unresolved = {key for key, t in megatron.items() if (key, tuple(t.shape)) not in records}
+    # a vocabulary Megatron pads holds more rows than the plan's: those two resolve at the sync
+    assert unresolved <= {"embedding.word_embeddings.weight", "output_layer.weight"}
+    assert len(unresolved) < len(megatron) // 10
+    assert all(exporter._records[key] is record for key, record in records.items())
+    assert all(a is b for a, b in zip((g.layout for g in exporter.groups), layouts, strict=True))
+    reference = dict(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config))
+    assert sorted(n for n, _ in update) == sorted(reference)
+    for name, tensor in update:
+        assert_bytes_equal(tensor, reference[name])
+
+
+def test_names_spelled_otherwise_are_resolved_at_the_first_sync(model):
+    # a wrapper prefix and SequentialMLP experts: nothing made at construction fits, same bytes
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout="sequential")
+    wrapped = {f"module.{k}": v for k, v in megatron.items()}
+    exporter = _exporter(config)
+    before = set(exporter._records)
+    update = exporter(wrapped)
+    assert {(k, tuple(t.shape)) for k, t in wrapped.items()} <= set(exporter._records)
+    assert not before & {(k, tuple(t.shape)) for k, t in wrapped.items()}
+    reference = dict(export_hf(hf_to_megatron(hf, "qwen3_moe", config), contract=NVFP4_EXPERTS, family=None,
+                               config=config))  # fmt: skip
+    assert sorted(n for n, _ in update) == sorted(reference)
+    for name, tensor in update:
+        assert_bytes_equal(tensor, reference[name])
