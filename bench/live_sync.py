@@ -15,7 +15,9 @@ experts, Megatron-Core names as the learner holds them, random BF16 values; no f
   the CPU), and that validate_export passed.
 
 GB/s is of BF16 input (master bytes for export / validate). ``% roofline`` compares the bytes a
-step must move at least (input read once, output written once) with the copy bandwidth.
+step must move at least (input read once, output written once) with the copy bandwidth. A sync
+(export, validate) is timed one synchronized call at a time; a kernel row per call, with the calls
+issued back to back (as a sync issues them) for at least 25 ms, best of ``--repeat``.
 
     python bench/live_sync.py [--device cuda|cpu] [--layers N] [--repeat R] [--contract C] [--dialect D] [--json]
 
@@ -29,6 +31,7 @@ import argparse
 import functools
 import gc
 import json
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -71,6 +74,15 @@ def _time(fn: Callable[[], object], device: str, repeat: int, warmup: int = 1) -
         _sync(device)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def _kernel_time(fn: Callable[[], object], device: str, repeat: int, min_seconds: float = 0.025) -> float:
+    """Seconds per call of ``fn`` with the calls issued back to back, as a sync issues its kernels:
+    best of ``repeat`` runs of enough calls to fill ``min_seconds``. One synchronized call on an
+    otherwise idle GPU would also time its launch and the clocks ramping up (4x a 70 us kernel)."""
+    single = _time(fn, device, 1)
+    calls = max(1, min(1000, math.ceil(min_seconds / single)))
+    return _time(lambda: [fn() for _ in range(calls)], device, repeat, warmup=0) / calls
 
 
 def _master(layers: int, device: str, seed: int, experts: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -128,7 +140,7 @@ def _weight_rows(table: Table, device: str, repeat: int) -> None:
         ("MXFP8 col quantize 14336x4096", lambda: quantize_mxfp8(x, axis="col"), mx_moved),
     ]
     for what, fn, moved in cases:
-        table.add(what, _time(fn, device, repeat), n * 2, moved)
+        table.add(what, _kernel_time(fn, device, repeat), n * 2, moved)
 
 
 def _launch_sweep(table: Table, device: str, repeat: int) -> None:
@@ -159,10 +171,10 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
                     enable_fp_fusion=False,
                 )  # fmt: skip
 
-            table.add(f"  sweep: NVFP4 kernel BC={bc} column steps={steps}", _time(nvfp4, device, repeat), n * 2,
-                      n * 2 + n // 2 + n // 16)  # fmt: skip
-            table.add(f"  sweep: MXFP8 kernel BC={bc} column steps={steps}", _time(mxfp8, device, repeat), n * 2,
-                      n * 2 + n + n // 32)  # fmt: skip
+            what = f"BC={bc} column steps={steps}"
+            nv_moved, mx_moved = n * 2 + n // 2 + n // 16, n * 2 + n + n // 32
+            table.add(f"  sweep: NVFP4 kernel {what}", _kernel_time(nvfp4, device, repeat), n * 2, nv_moved)
+            table.add(f"  sweep: MXFP8 kernel {what}", _kernel_time(mxfp8, device, repeat), n * 2, mx_moved)
 
 
 def _device_memory(device: str) -> int:
@@ -182,7 +194,7 @@ def _own_bytes(update: list[tuple[str, torch.Tensor]], master: dict[str, torch.T
 
 def _stacked_seconds(experts: list[torch.Tensor], device: str, repeat: int) -> float:
     stacked = torch.cat(experts)
-    return _time(lambda: quantize_nvfp4(stacked), device, repeat)
+    return _kernel_time(lambda: quantize_nvfp4(stacked), device, repeat)
 
 
 def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -200,7 +212,7 @@ def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch
     seconds = _stacked_seconds(experts, device, repeat)
     table.add(f"NVFP4 quantize {rows}x{cols} (a layer's {count} expert gate_proj stacked)", seconds, n * 2, moved)
     out["stacked"] = n * 2 / seconds / GB
-    seconds = _time(lambda: [quantize_nvfp4(w) for w in experts], device, max(1, repeat // 2))
+    seconds = _kernel_time(lambda: [quantize_nvfp4(w) for w in experts], device, max(1, repeat // 2))
     table.add(f"NVFP4 the same {count} experts, one call each", seconds, n * 2, moved)
     out["one_call_each"] = n * 2 / seconds / GB
     layout = SegmentLayout.of([w.shape[0] for w in experts], cols=cols)
@@ -212,7 +224,7 @@ def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch
         amax = unit_amax(sources)
         nvfp4_segments(sources, amax, "te", tile="1x16", data=data, scale=scale)
 
-    seconds = _time(grouped, device, repeat)
+    seconds = _kernel_time(grouped, device, repeat)
     table.add(f"NVFP4 the same {count} experts, one grouped launch (in place)", seconds, n * 2, moved)
     out["grouped"] = n * 2 / seconds / GB
     # export's own grouping: a layer's whole linear_fc1 (gate + up) of every expert, one launch
@@ -225,7 +237,7 @@ def _kernel_rows(table: Table, device: str, repeat: int, master: dict[str, torch
     def grouped_fc1() -> None:
         nvfp4_segments(sources1, unit_amax(sources1), "te", tile="1x16", data=data1, scale=scale1)
 
-    seconds = _time(grouped_fc1, device, repeat)
+    seconds = _kernel_time(grouped_fc1, device, repeat)
     table.add(f"NVFP4 {layout1.total_rows}x{cols} ({count} expert linear_fc1, one grouped launch)", seconds, n1 * 2,
               n1 * 2 + n1 // 2 + n1 // 16)  # fmt: skip
     return out

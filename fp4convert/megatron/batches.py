@@ -12,6 +12,8 @@ Mismatch counts stay on the device; the validator reads them back once.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +51,7 @@ class Batch:
     pieces: list[Piece] | None = None  # the master pieces the segments below were made from
     segments: list[tuple[str, int | None, int]] = field(default_factory=list)
     sources: Sources | None = None
+    whole_keys: list[str] | None = None  # the segments' master keys when none is unpacked, else []
 
     def item_units(self) -> list[int]:
         ids: dict[str, int] = {}
@@ -80,6 +83,8 @@ class Batch:
         """Whether every item has the same rows (a layer's experts), so per-item sums are a reshape."""
         return len(set(self.rows)) == 1
 
+
+_NBYTES = operator.attrgetter("nbytes")
 
 #: one step of the byte check: ``("bf16", item)`` compared as is, or ``(format, batch)``
 Step = tuple[str, PlannedTensor | Batch]
@@ -161,13 +166,12 @@ def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
     storage (an exporter's output buffer, as :class:`~fp4convert.megatron.sync.LiveExporter`
     writes it), else a concatenation."""
     first = tensors[0]
-    if first.device == device and all(t.is_contiguous() for t in tensors):
-        start = end = first.data_ptr()
-        for t in tensors:
-            if t.data_ptr() != end:
-                break
-            end += t.numel() * t.element_size()
-        else:
+    if first.device == device and all(map(torch.Tensor.is_contiguous, tensors)):
+        # C-level passes, not a Python loop: a sync has ~55k of these tensors
+        starts = list(map(torch.Tensor.data_ptr, tensors))
+        ends = list(itertools.accumulate(map(_NBYTES, tensors), initial=starts[0]))
+        if ends[:-1] == starts:  # back to back
+            start, end = starts[0], ends[-1]
             storage = first.untyped_storage()
             base = storage.data_ptr()
             if end <= base + storage.nbytes():  # the whole span lies in first's allocation
@@ -178,7 +182,7 @@ def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
 
 def _exported(ctx: Context, batch: Batch) -> list[torch.Tensor]:
     get = ctx.exported.__getitem__
-    return [_joined([get(name) for name in names], ctx.device) for names in batch.outputs]
+    return [_joined(list(map(get, names)), ctx.device) for names in batch.outputs]
 
 
 def _master_rows(ctx: Context, batch: Batch) -> tuple[Sources | None, torch.Tensor | None]:
@@ -186,9 +190,15 @@ def _master_rows(ctx: Context, batch: Batch) -> tuple[Sources | None, torch.Tens
     pieces = [ctx.sources[item.info.name] for item in batch.items]
     if batch.pieces is None or not all(a is b for a, b in zip(batch.pieces, pieces, strict=True)):
         batch.segments, layout = segments_of(pieces, batch.item_units(), batch.items[0].info.shape[-1])
-        batch.sources, batch.pieces = Sources(layout), pieces
+        batch.sources, batch.pieces, batch.whole_keys = Sources(layout), pieces, None
     assert batch.sources is not None
-    tensors = [ctx.master_tensor(key, sub) for key, sub, _ in batch.segments]
+    if batch.whole_keys is None:  # segments of the master's own tensors (none unpacked): read directly
+        whole = all(sub is None for _, sub, _ in batch.segments) and not hasattr(ctx.master, "meta")  # not files
+        batch.whole_keys = [key for key, _, _ in batch.segments] if whole else []
+    if batch.whole_keys:
+        tensors = list(map(ctx.master.__getitem__, batch.whole_keys))  # off the device: not bound below
+    else:
+        tensors = [ctx.master_tensor(key, sub) for key, sub, _ in batch.segments]
     if tensors[0].device == ctx.device and bind_segments(batch.sources, batch.segments, tensors):
         return batch.sources, None
     xs = [ctx.master_piece(item) for item in batch.items]
