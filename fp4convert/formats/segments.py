@@ -160,6 +160,8 @@ class Sources:
         self._ptrs: torch.Tensor | None = None
         self._ld: torch.Tensor | None = None
         self.tensors: list[torch.Tensor] = []
+        #: what the caller made the bound tensors from (whole parameters it took views of), if it says
+        self.bound_from: list[torch.Tensor] = []
 
     def bind(self, tensors: Sequence[torch.Tensor]) -> Sources:
         """Use ``tensors`` (2-D, rows as the layout says, contiguous rows) for the next call.

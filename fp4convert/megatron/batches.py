@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,8 @@ class Batch:
     segments: list[tuple[str, int | None, int]] = field(default_factory=list)
     sources: Sources | None = None
     whole_keys: list[str] | None = None  # the segments' master keys when none is unpacked, else []
+    #: (the validator's name -> position map it was made for, per output role a picker of the tensors)
+    picks: tuple[Mapping[str, int], list[Callable[[list[torch.Tensor]], list[torch.Tensor]]]] | None = None
 
     def item_units(self) -> list[int]:
         ids: dict[str, int] = {}
@@ -181,8 +184,23 @@ def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
 
 
 def _exported(ctx: Context, batch: Batch) -> list[torch.Tensor]:
-    get = ctx.exported.__getitem__
-    return [_joined(list(map(get, names)), ctx.device) for names in batch.outputs]
+    index = ctx.fetched_index
+    if ctx.fetched is None or index is None:
+        get = ctx.exported.__getitem__
+        return [_joined(list(map(get, names)), ctx.device) for names in batch.outputs]
+    # the structure check fetched every tensor already: pick this batch's from its list (C-level)
+    if batch.picks is None or batch.picks[0] is not index:
+        batch.picks = (index, [_picker([index[n] for n in names]) for names in batch.outputs])
+    fetched = ctx.fetched
+    return [_joined(pick(fetched), ctx.device) for pick in batch.picks[1]]
+
+
+def _picker(positions: list[int]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """``seq -> [seq[p] for p in positions]`` at C speed (``itemgetter``; one position too)."""
+    getter = operator.itemgetter(*positions)
+    if len(positions) == 1:
+        return lambda seq: [getter(seq)]
+    return lambda seq: list(getter(seq))
 
 
 def _master_rows(ctx: Context, batch: Batch) -> tuple[Sources | None, torch.Tensor | None]:

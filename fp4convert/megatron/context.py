@@ -30,6 +30,17 @@ from fp4convert.plan import PlannedTensor
 __all__ = ["Context", "all_same_bytes", "core_outputs", "same_bytes"]
 
 
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same memory (so the same bytes)."""
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.device == b.device
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+    )
+
+
 @dataclass
 class Context:
     """One validation run: the plan, both sides, and what was found so far."""
@@ -46,10 +57,14 @@ class Context:
     expected_names: dict[str, PlannedTensor] = field(default_factory=dict)
     structure_failed: list[PlannedTensor] = field(default_factory=list)
     extras: list[str] = field(default_factory=list)
+    #: the expected exported tensors in the validator's check order, when all were there as expected
+    fetched: list[torch.Tensor] | None = None
+    fetched_index: Mapping[str, int] | None = None  # name -> its place in ``fetched``
     master_bytes: int = 0
     _chunk: dict[tuple[str, int | None], torch.Tensor] | None = None
     _references: dict[tuple[Any, ...], dict[str, torch.Tensor]] = field(default_factory=dict)
     _by_module: dict[str, list[str]] | None = None
+    _false: torch.Tensor | None = None
 
     def add(self, finding: Finding) -> None:
         self.report.findings.append(finding)
@@ -155,11 +170,19 @@ class Context:
     def bf16_mismatch(self, item: PlannedTensor) -> torch.Tensor:
         """A device bool: does the exported BF16 tensor differ from the master's bytes?"""
         value = self.master_piece(item)
+        sent = self.exported[item.info.name]
+        if _same_memory(sent, value) and sent.dtype == sent_dtype(item, value.dtype):
+            return self._no_mismatch()  # the master's own tensor was sent: its bytes are the master's
         expected = value.to(sent_dtype(item, value.dtype)).contiguous().reshape(-1).view(torch.uint8)
-        actual = self.exported_tensor(item.info.name).contiguous().reshape(-1).view(torch.uint8)
+        actual = sent.to(self.device).contiguous().reshape(-1).view(torch.uint8)
         if expected.device.type == "cpu":  # no temporary the size of the tensor, and no sync to avoid
             return torch.tensor(not torch.equal(actual, expected))
         return (actual != expected).any()
+
+    def _no_mismatch(self) -> torch.Tensor:
+        if self._false is None or self._false.device != self.device:
+            self._false = torch.zeros((), dtype=torch.bool, device=self.device)
+        return self._false
 
     # -- references -----------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ experts) take the converter's per-unit path instead, with the same bytes.
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +121,13 @@ def bind_segments(
     place (mixed dtypes or devices, rows not contiguous or not 16-byte aligned): the caller then
     takes the per-unit or gathering path."""
     first = tensors[0]
+    bound = sources.bound_from
+    if len(bound) == len(tensors) and all(map(operator.is_, tensors, bound)):
+        # the same whole tensors as the last bind (a learner's parameters, sync after sync), bound
+        # as themselves: only their addresses are read again (a moved parameter's table is rebuilt)
+        if reads_by_address(first.device):
+            sources.device_tables()
+        return True
     if first.dtype not in _KERNEL_DTYPES or not all(
         t.dtype == first.dtype and t.device == first.device and t.stride(-1) == 1 for t in tensors
     ):
@@ -134,6 +142,10 @@ def bind_segments(
             sources.device_tables()
     except FormatError:
         return False
+    # only whole tensors bound as themselves may skip all this next time: a view of rows would
+    # keep the storage the parameter had when it was made (``param.data = ...`` moves it)
+    whole = all(v is t for v, t in zip(views, tensors, strict=True))
+    sources.bound_from = list(tensors) if whole else []
     return True
 
 

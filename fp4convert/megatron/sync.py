@@ -17,6 +17,8 @@ device memory is the quantized output itself.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -51,7 +53,8 @@ class _OutputSet:
         #: per group, ``(plan position, name, view)`` of every output, in member order
         self.ready: dict[int, list[tuple[int, str, torch.Tensor]]] = {}
         self.copies: dict[str, Pair] = {}  # high-precision outputs that are not the master's tensor
-        self._pairs: list[Pair] = []
+        self._views: list[torch.Tensor] = []  # every group output, once
+        self._view_refs: list[int] = []  # each view's reference count when only this set holds it (measured)
         self._storages: list[tuple[torch.Tensor, int]] = []
 
     def group(
@@ -66,13 +69,15 @@ class _OutputSet:
             for buffer in (found.data, found.scale, found.global_scale):
                 if buffer is not None:
                     self._storages.append((buffer, _use_count(buffer)))
-            for member in found.outputs:
-                self._pairs += member
             self.ready[index] = [
                 (position + i, name, tensor)
                 for position, pairs in zip(positions, found.outputs, strict=True)
                 for i, (name, tensor) in enumerate(pairs)
             ]
+            start = len(self._views)
+            self._views.extend(tensor for member in found.outputs for _, tensor in member)
+            # counted the way free() counts (no temporary list holding them): the set's own references
+            self._view_refs.extend(map(sys.getrefcount, itertools.islice(self._views, start, None)))
         return found, self.ready[index]
 
     def copy_of(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Pair:
@@ -87,7 +92,7 @@ class _OutputSet:
         """Whether nothing outside the exporter refers to these buffers any more."""
         refcount = sys.getrefcount
         return (
-            all(refcount(pair[1]) <= 3 for pair in self._pairs)  # its pair, its ready entry, the argument
+            all(map(operator.le, map(refcount, self._views), self._view_refs))  # C-level passes over ~55k
             and all(refcount(pair[1]) <= 3 for pair in self.copies.values())  # + its _storages entry
             and all(_use_count(t) <= count for t, count in self._storages)
         )

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -63,21 +63,26 @@ class _Compiled:
         self.names = [c[0] for c in self.checks]
         self.dtypes = [c[1] for c in self.checks]
         self.shapes = [c[2] for c in self.checks]
+        self.index = {name: i for i, name in enumerate(self.names)}
 
 
 _DTYPE = operator.attrgetter("dtype")
 _SHAPE = operator.attrgetter("shape")
 
 
-def _as_expected(exported: Mapping[str, torch.Tensor], compiled: _Compiled) -> bool:
+def _as_expected(exported: Mapping[str, torch.Tensor], compiled: _Compiled, ctx: Context) -> bool:
     """Whether every expected tensor is there with its dtype and shape: the usual case, in C-level
-    passes over the ~55k tensors of a sync rather than a Python loop (which then names the faults)."""
+    passes over the ~55k tensors of a sync rather than a Python loop (which then names the faults).
+    When so, the tensors are kept in ``ctx.fetched`` for the byte check (no second lookup)."""
     tensors = list(map(exported.get, compiled.names))
     try:
         dtypes = list(map(_DTYPE, tensors))  # a missing tensor (None) has no dtype
     except AttributeError:
         return False
-    return dtypes == compiled.dtypes and list(map(_SHAPE, tensors)) == compiled.shapes
+    if dtypes == compiled.dtypes and list(map(_SHAPE, tensors)) == compiled.shapes:
+        ctx.fetched, ctx.fetched_index = cast(list[torch.Tensor], tensors), compiled.index  # no None: each had a dtype
+        return True
+    return False
 
 
 def _device_of(master: Mapping[str, torch.Tensor]) -> torch.device:
@@ -188,7 +193,9 @@ class ExportValidator:
                 if name not in exported or meta(name) != (dtype_name(dtype), shape):
                     self._structure_finding(ctx, name, dtype, shape)
                     broken.add(item.info.name)
-        elif not _as_expected(exported, compiled):
+        elif _as_expected(exported, compiled, ctx):
+            pass  # ctx.fetched holds the tensors, in compiled.names order
+        else:
             get = exported.get
             for name, dtype, shape, item in compiled.checks:
                 tensor = get(name)
@@ -213,6 +220,8 @@ class ExportValidator:
     def _extras(self, ctx: Context) -> None:
         for name, files in getattr(ctx.exported, "duplicates", {}).items():
             ctx.add(Finding(name, "duplicate", f"sent in more than one update bucket ({', '.join(files)})"))
+        if ctx.fetched is not None and len(ctx.exported) == len(ctx.fetched):
+            return  # every expected name is there and nothing else can be: no pass over the names
         expected = ctx.expected_names
         ctx.extras = [name for name in ctx.exported if name not in expected]
 

@@ -88,6 +88,22 @@ def test_buffers_are_reused_only_when_nothing_holds_them(model):
     assert len(exporter._sets) <= exporter.output_sets
 
 
+@pytest.mark.parametrize("suffix", ["weight", "weight_scale", "weight_scale_2"])
+def test_one_output_tensor_held_alone_keeps_its_buffers_from_being_reused(suffix, model):
+    # only its reference count tells: holding the tensor itself makes no new view of the storage
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config, output_sets=1)
+    name = f"model.layers.0.mlp.experts.2.up_proj.{suffix}"
+    held = dict(exporter(megatron))[name]
+    before = held.clone()
+    # other values everywhere: block scales, codes and the global scale all change
+    changed = {k: (t.flip(-1) * 3 if t.is_floating_point() else t) for k, t in megatron.items()}
+    update = dict(exporter(changed))
+    assert update[name].data_ptr() != held.data_ptr() and torch.equal(held, before)
+    assert not torch.equal(update[name], before)
+
+
 def test_steady_state_reuses_the_same_buffers(model):
     hf, config = model("qwen3_moe")
     megatron = hf_to_megatron(hf, "qwen3_moe", config)

@@ -135,6 +135,42 @@ def test_a_reused_validator_judges_every_sync_afresh(model):
     assert validator(exported, megatron).ok
 
 
+def test_a_validator_moved_between_master_layouts_still_compares_the_right_tensors(model):
+    # each master layout compiles its own check order; what a batch picks from the fetched tensors
+    # must follow it (a stale pick would compare the wrong tensors)
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    assert validator(exported, megatron).ok
+    gone = sorted(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)[-1]
+    partial = {n: t for n, t in megatron.items() if n != gone}
+    assert not validator(exported, partial).ok  # the master cannot give one tensor
+    name = "model.layers.0.mlp.experts.3.down_proj.weight"
+    bad = dict(exported)
+    bad[name] = bad[name].clone()
+    bad[name][0, 0] ^= 0x11
+    assert {f.tensor for f in validator(bad, megatron).findings} == {name}
+    assert validator(exported, megatron).ok
+
+
+def test_a_bf16_tensor_is_accepted_as_the_masters_own_memory_and_no_other(model):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    pairs = export_hf(megatron.items(), contract=NVFP4_EXPERTS, family=None, config=config)
+    exported = dict(pairs)
+    final_norm = "model.norm.weight"
+    assert exported[final_norm].data_ptr() == megatron["decoder.final_layernorm.weight"].data_ptr()
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    assert validator(exported, megatron).ok
+    # another master tensor's memory (same shape and dtype, other bytes) is compared, and fails
+    other = "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"
+    assert megatron[other].shape == exported[final_norm].shape
+    assert not torch.equal(megatron[other], exported[final_norm])
+    report = validator({**exported, final_norm: megatron[other]}, megatron)
+    assert [(f.tensor, f.check) for f in report.findings] == [(final_norm, "bytes")]
+
+
 # -- structure --------------------------------------------------------------------------------------
 
 
