@@ -154,8 +154,9 @@ class ExportValidator:
     def _compile(self, master: Mapping[str, torch.Tensor]) -> _Compiled:
         if hasattr(master, "meta"):  # files: headers
             signature: tuple[Any, ...] = tuple((key, tensor_meta(master, key)) for key in master)
-        else:  # tensors: dtype and shape objects, compared as they are (no per-tensor conversions)
-            signature = tuple((key, t.dtype, t.shape) for key, t in master.items())
+        else:  # tensors: names, dtypes and shapes as three lists (C-level passes, compared as they are)
+            tensors = list(master.values())
+            signature = (list(master), list(map(_DTYPE, tensors)), list(map(_SHAPE, tensors)))
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
         shapes = {key: tensor_meta(master, key) for key in master}
