@@ -117,12 +117,18 @@ def test_batch_size_does_not_change_the_verdict(model):
         ]
 
 
-def test_a_reused_validator_judges_every_sync_afresh(model):
+def _qwen3_validated(model):
+    """(Megatron master, its export, a validator that passed it once) of the tiny Qwen3-MoE."""
     hf, config = model("qwen3_moe")
     megatron = hf_to_megatron(hf, "qwen3_moe", config)
     exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
     validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
     assert validator(exported, megatron).ok
+    return megatron, exported, validator
+
+
+def test_a_reused_validator_judges_every_sync_afresh(model):
+    megatron, exported, validator = _qwen3_validated(model)
     bad = dict(exported)
     del bad["model.layers.0.mlp.experts.0.up_proj.weight_scale_2"]
     assert [f.check for f in validator(bad, megatron).findings] == ["missing"]
@@ -138,11 +144,7 @@ def test_a_reused_validator_judges_every_sync_afresh(model):
 def test_a_validator_moved_between_master_layouts_still_compares_the_right_tensors(model):
     # each master layout compiles its own check order; what a batch picks from the fetched tensors
     # must follow it (a stale pick would compare the wrong tensors)
-    hf, config = model("qwen3_moe")
-    megatron = hf_to_megatron(hf, "qwen3_moe", config)
-    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
-    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
-    assert validator(exported, megatron).ok
+    megatron, exported, validator = _qwen3_validated(model)
     gone = sorted(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)[-1]
     partial = {n: t for n, t in megatron.items() if n != gone}
     assert not validator(exported, partial).ok  # the master cannot give one tensor
