@@ -15,12 +15,10 @@ it out unless ``include_input_scale=True``.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from fp4convert.plan import (
     shared_scale_groups,
     uncalibrated_modules,
 )
+from fp4convert.plan.collector import gc_paused
 
 __all__ = ["ExportPlan", "export_plan", "fused_members_phrase", "gc_paused", "loaded_contract"]
 
@@ -196,25 +195,6 @@ def _build(
     return plan
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for one sync (export or validation), on again after.
-
-    A sync creates tens of thousands of small acyclic objects (an ``(HF name, tensor)`` pair per
-    output); with the collector on, they trigger a collection every 700 allocations and now and
-    then a full one over the whole heap (the plan's objects and the learner's): on a 48-layer
-    Qwen3-30B-A3B export such syncs took 0.5 s instead of 0.06 s of Python. Paused, the objects are
-    counted as usual and collected once the collector runs again; nothing is leaked.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 _CACHE_SIZE = 8
 _CONTRACTS: OrderedDict[tuple[str, int], Contract] = OrderedDict()
 
@@ -276,24 +256,25 @@ def export_plan(
         >>> item.decision.format, [name.rsplit(".", 1)[1] for name, _, _ in item.outputs]
         ('nvfp4', ['weight', 'weight_scale', 'weight_scale_2'])
     """
-    the_contract = loaded_contract(contract)
-    the_config = dict(config) if isinstance(config, Mapping) else load_config(config)
-    per_token = the_contract.formats.nvfp4.per_token_activations
-    the_dialect = get_dialect(dialect, per_token_activations=per_token) if isinstance(dialect, str) else dialect
-    key = (
-        contract_hash(the_contract),
-        family,
-        json.dumps(the_config, sort_keys=True, default=str),
-        the_dialect.name,
-        getattr(the_dialect, "per_token_activations", None),
-        include_input_scale,
-        None if calibration is None else tuple(sorted(calibration.items())),
-    )
-    plan = _CACHE.get(key)
-    if plan is None:
-        plan = _build(the_contract, family, the_config, the_dialect, include_input_scale, calibration)
-        _CACHE[key] = plan
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    _CACHE.move_to_end(key)
-    return plan
+    with gc_paused():  # tens of thousands of plan objects: see fp4convert.plan.collector
+        the_contract = loaded_contract(contract)
+        the_config = dict(config) if isinstance(config, Mapping) else load_config(config)
+        per_token = the_contract.formats.nvfp4.per_token_activations
+        the_dialect = get_dialect(dialect, per_token_activations=per_token) if isinstance(dialect, str) else dialect
+        key = (
+            contract_hash(the_contract),
+            family,
+            json.dumps(the_config, sort_keys=True, default=str),
+            the_dialect.name,
+            getattr(the_dialect, "per_token_activations", None),
+            include_input_scale,
+            None if calibration is None else tuple(sorted(calibration.items())),
+        )
+        plan = _CACHE.get(key)
+        if plan is None:
+            plan = _build(the_contract, family, the_config, the_dialect, include_input_scale, calibration)
+            _CACHE[key] = plan
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+        _CACHE.move_to_end(key)
+        return plan

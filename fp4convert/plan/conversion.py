@@ -21,6 +21,7 @@ from fp4convert.dialects import Dialect
 from fp4convert.errors import ConversionError
 from fp4convert.inventory import ModelInventory
 from fp4convert.plan.checks import plan_problems, refuse, uncalibrated_modules
+from fp4convert.plan.collector import gc_paused
 from fp4convert.plan.tensors import PlannedTensor, plan_tensors, shared_scale_groups
 
 __all__ = ["ConversionPlan", "load_calibration", "plan_conversion", "validate_conversion"]
@@ -91,6 +92,13 @@ def plan_conversion(
         dialect: the output dialect.
         max_shard_size: bytes per output shard; None mirrors the source's shards.
     """
+    with gc_paused():  # tens of thousands of plan objects: see fp4convert.plan.collector
+        return _plan_conversion(source, contract, dialect, max_shard_size)
+
+
+def _plan_conversion(
+    source: SourceCheckpoint, contract: Contract, dialect: Dialect, max_shard_size: int | None
+) -> ConversionPlan:
     view = source.view()
     inventory = source.inventory()
     items = [replace(i, source_file=view.file_of(i.info.name)) for i in plan_tensors(contract, inventory, dialect)]
