@@ -48,7 +48,8 @@ class Batch:
     units: list[str]  # shared-amax unit of each item
     outputs: list[list[str]]  # per output role (data, scale[, global]), the items' names
     rows: list[int]
-    index: dict[str, Any] = field(default_factory=dict)  # device (and per-row tables) -> tensors
+    index: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # device -> on()
+    row_tables: dict[str, torch.Tensor] = field(default_factory=dict)  # "item:device" / "unit:device"
     pieces: list[Piece] | None = None  # the master pieces the segments below were made from
     segments: list[tuple[str, int | None, int]] = field(default_factory=list)
     sources: Sources | None = None
@@ -65,21 +66,21 @@ class Batch:
         unit's first item, and how many units."""
         key = str(device)
         if key not in self.index:
-            ids: dict[str, int] = {}
-            item_unit = [ids.setdefault(u, len(ids)) for u in self.units]
+            item_unit = self.item_units()
+            count = max(item_unit) + 1
             first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
-            tables = upload([torch.tensor(item_unit), torch.tensor([first[u] for u in range(len(ids))])], device)
-            self.index[key] = (*tables, torch.tensor(len(ids)))
+            on_device = upload([torch.tensor(item_unit), torch.tensor([first[u] for u in range(count)])], device)
+            self.index[key] = (on_device[0], on_device[1], torch.tensor(count))
         return self.index[key]
 
     def per_row(self, what: str, device: torch.device) -> torch.Tensor:
         """Each master row's ``"item"`` or ``"unit"`` (int64 on ``device``), built on first use: only
         batches of unequal items and the paths without segment kernels need them."""
         key = f"{what}:{device}"
-        if key not in self.index:
+        if key not in self.row_tables:
             values = torch.arange(len(self.items)) if what == "item" else torch.tensor(self.item_units())
-            (self.index[key],) = upload([torch.repeat_interleave(values, torch.tensor(self.rows))], device)
-        return self.index[key]
+            (self.row_tables[key],) = upload([torch.repeat_interleave(values, torch.tensor(self.rows))], device)
+        return self.row_tables[key]
 
     @property
     def equal_rows(self) -> bool:

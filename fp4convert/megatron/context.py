@@ -171,9 +171,10 @@ class Context:
         """A device bool: does the exported BF16 tensor differ from the master's bytes?"""
         value = self.master_piece(item)
         sent = self.exported[item.info.name]
-        if _same_memory(sent, value) and sent.dtype == sent_dtype(item, value.dtype):
+        dtype = sent_dtype(item, value.dtype)
+        if sent.dtype == dtype and _same_memory(sent, value):
             return self._no_mismatch()  # the master's own tensor was sent: its bytes are the master's
-        expected = value.to(sent_dtype(item, value.dtype)).contiguous().reshape(-1).view(torch.uint8)
+        expected = value.to(dtype).contiguous().reshape(-1).view(torch.uint8)
         actual = sent.to(self.device).contiguous().reshape(-1).view(torch.uint8)
         if expected.device.type == "cpu":  # no temporary the size of the tensor, and no sync to avoid
             return torch.tensor(not torch.equal(actual, expected))

@@ -192,12 +192,12 @@ class LiveExporter:
                 continue
             pieces_of.update((piece.name, piece) for piece, _ in members)
         for g, group in enumerate(self.groups):
-            pieces = [pieces_of.get(item.info.name) for item in group.items]
-            if any(p is None for p in pieces):
-                continue
-            known = [p for p in pieces if p is not None]
-            group.build_layout(known)
-            self._layout_of[g] = known
+            names = [item.info.name for item in group.items]
+            if not all(name in pieces_of for name in names):
+                continue  # a member the plan's spelling does not give: laid out at the first sync
+            pieces = [pieces_of[name] for name in names]
+            group.build_layout(pieces)
+            self._layout_of[g] = pieces
             if device is not None and group.layout is not None and reads_by_address(device):
                 group.layout.tables(device)
 

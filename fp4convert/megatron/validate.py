@@ -194,9 +194,7 @@ class ExportValidator:
                 if name not in exported or meta(name) != (dtype_name(dtype), shape):
                     self._structure_finding(ctx, name, dtype, shape)
                     broken.add(item.info.name)
-        elif _as_expected(exported, compiled, ctx):
-            pass  # ctx.fetched holds the tensors, in compiled.names order
-        else:
+        elif not _as_expected(exported, compiled, ctx):  # else ctx.fetched holds them, in check order
             get = exported.get
             for name, dtype, shape, item in compiled.checks:
                 tensor = get(name)
