@@ -161,3 +161,28 @@ def test_tables_upload_in_one_copy_with_their_values_dtypes_and_alignment():
         assert torch.equal(dev.cpu().view(torch.uint8), host.view(torch.uint8))
         assert dev.data_ptr() % 256 == 0
     assert len({t.untyped_storage().data_ptr() for t in got}) == 1  # one buffer, one copy
+
+
+def test_public_quantize_calls_never_wait_for_the_device():
+    # A call that synchronizes (a blocking host copy, an .item()) stalls every call issued behind it,
+    # so back-to-back quantizes run at the host's pace instead of the GPU's.
+    x = adversarial((256, 512), torch.bfloat16, seed=13).cuda()
+    calls = (
+        lambda: quantize_nvfp4(x),
+        lambda: quantize_nvfp4(x, amax=1.5),  # a Python number: filled on the device, not copied
+        lambda: quantize_nvfp4(x, tile="16x16"),
+        lambda: quantize_nvfp4(x, scope="row"),
+        lambda: quantize_mxfp8(x),
+    )
+    for call in calls:  # Triton compiles at the first launch
+        call()
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        results = [call() for call in calls]
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    given = quantize_nvfp4(x.cpu(), amax=torch.tensor(1.5))
+    for field in ("data", "scale", "amax"):
+        assert_bytes_equal(getattr(results[1], field), getattr(given, field))
