@@ -220,16 +220,23 @@ def _nvfp4_seg_kernel(
 def _nvfp4_dense_kernel(
     x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, unit_rows,
     PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, REVERSE: tl.constexpr,
 ):  # fmt: skip
     """One matrix, ``BR`` rows x ``CH`` column steps per program; row ``i`` takes outer amax
-    ``amax[i // unit_rows]`` (tensor, expert or row scope)."""
-    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    ``amax[i // unit_rows]`` (tensor, expert or row scope). ``REVERSE`` runs the programs last to
+    first: right after the amax pass, which ran first to last, the first reads then hit the L2
+    cache that pass left filled (the bytes do not depend on the order)."""
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    if REVERSE:
+        pid_r = tl.num_programs(0) - 1 - pid_r
+        pid_c = tl.num_programs(1) - 1 - pid_c
+    r = pid_r * BR + tl.arange(0, BR)
     rmask = r < rows
     amax = tl.load(amax_ptr + r // unit_rows, mask=rmask, other=1.0)[:, None]
     sdec, mult = _outer(amax, PROFILE, GMAX)
     for step in range(CH):
-        c0 = (tl.program_id(1) * CH + step) * BC
+        c0 = (pid_c * CH + step) * BC
         if c0 < cols:
             _nvfp4_rows(
                 x_ptr, ld, r, rmask, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
@@ -435,7 +442,8 @@ def tensor_amax(x2d):
 
 def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool):
     """NVFP4 of one contiguous-row matrix; row ``i`` takes outer amax ``amax[i // unit_rows]``
-    (float32 on the device: the scales are computed in the kernel)."""
+    (float32 on the device: the scales are computed in the kernel). The programs run in reverse:
+    the amax pass that measures a call's outer amax ran first to last just before."""
     import torch
 
     rows, cols = x2d.shape
@@ -446,7 +454,7 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
         _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, NVFP4_STEPS))](
             x2d, x2d.stride(0), rows, amax, data, scale, cols, unit_rows, PROFILE=code, GMAX=gmax, TILE16=tile16,
             EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=NVFP4_STEPS,
-            enable_fp_fusion=False,
+            REVERSE=True, enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
 
