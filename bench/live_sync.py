@@ -160,10 +160,7 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
         for steps in (1, 2, 4):
 
             def nvfp4(bc: int = bc, steps: int = steps) -> None:
-                ts._nvfp4_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
-                    x, cols, rows, amax, data, scale, cols, rows, PROFILE=0, GMAX=2688.0, TILE16=False, EVEN_R=True,
-                    EVEN_C=True, BR=16, BC=bc, CH=steps, REVERSE=False, enable_fp_fusion=False,
-                )  # fmt: skip
+                _nvfp4_dense(x, amax, data, scale, bc, steps, reverse=False)
 
             def mxfp8(bc: int = bc, steps: int = steps) -> None:
                 ts._mxfp8_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
@@ -175,30 +172,29 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
             nv_moved, mx_moved = n * 2 + n // 2 + n // 16, n * 2 + n + n // 32
             table.add(f"  sweep: NVFP4 kernel {what}", _kernel_time(nvfp4, device, repeat), n * 2, nv_moved)
             table.add(f"  sweep: MXFP8 kernel {what}", _kernel_time(mxfp8, device, repeat), n * 2, mx_moved)
-    _order_rows(table, x, device, repeat)
-
-
-def _order_rows(table: Table, x: torch.Tensor, device: str, repeat: int) -> None:
-    """The amax pass then the quantize kernel (what quantize_nvfp4 launches), the second run first
-    to last or last to first (the library's order: its first reads hit what the amax pass left in L2)."""
-    from fp4convert.formats import _triton_segments as ts
-
-    rows, cols = x.shape
-    n = x.numel()
-    data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=device)
-    scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=device)
+    # the amax pass then the quantize kernel (what quantize_nvfp4 launches), the second run first to
+    # last or last to first (the library's order: its first reads hit what the amax pass left in L2)
     bc = ts.launch_shape(cols, 16)
     for reverse in (False, True):
 
         def both(reverse: bool = reverse) -> None:
-            amax = ts.tensor_amax(x).reshape(1)
-            ts._nvfp4_dense_kernel[(rows // 16, ts.spans(cols, bc, ts.NVFP4_STEPS))](
-                x, cols, rows, amax, data, scale, cols, rows, PROFILE=0, GMAX=2688.0, TILE16=False, EVEN_R=True,
-                EVEN_C=True, BR=16, BC=bc, CH=ts.NVFP4_STEPS, REVERSE=reverse, enable_fp_fusion=False,
-            )  # fmt: skip
+            _nvfp4_dense(x, ts.tensor_amax(x).reshape(1), data, scale, bc, ts.NVFP4_STEPS, reverse=reverse)
 
         what = "last to first" if reverse else "first to last"
         table.add(f"  amax pass + NVFP4 kernel, quantize {what}", _kernel_time(both, device, repeat), n * 2)
+
+
+def _nvfp4_dense(
+    x: torch.Tensor, amax: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, bc: int, steps: int, *, reverse: bool
+) -> None:
+    """One launch of the dense NVFP4 kernel (te profile, 1x16) on ``x`` under the given launch shape."""
+    from fp4convert.formats import _triton_segments as ts
+
+    rows, cols = x.shape
+    ts._nvfp4_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
+        x, cols, rows, amax, data, scale, cols, rows, PROFILE=0, GMAX=2688.0, TILE16=False, EVEN_R=True,
+        EVEN_C=True, BR=16, BC=bc, CH=steps, REVERSE=reverse, enable_fp_fusion=False,
+    )  # fmt: skip
 
 
 def _device_memory(device: str) -> int:

@@ -271,7 +271,7 @@ def _outer_amax(x: torch.Tensor, scope: str, amax: torch.Tensor | float | None, 
         # a fill on the device, not torch.as_tensor: a CUDA tensor built from a Python number is a
         # blocking copy from pageable host memory, and stalls every call issued behind it
         amax = torch.full((), amax, dtype=torch.float32, device=x.device)
-    return _check_amax(torch.as_tensor(amax, device=x.device), expected, scope).to(x.device)
+    return _check_amax(torch.as_tensor(amax, device=x.device), expected, scope)
 
 
 def quantize_nvfp4(
