@@ -165,13 +165,26 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
             def mxfp8(bc: int = bc, steps: int = steps) -> None:
                 ts._mxfp8_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
                     x, cols, rows, data8, scale8, cols, EVEN_R=True, EVEN_C=True, BR=16, BC=bc, CH=steps,
-                    enable_fp_fusion=False,
+                    HW=ts.hardware_e4m3(x.device), enable_fp_fusion=False,
                 )  # fmt: skip
 
             what = f"BC={bc} column steps={steps}"
             nv_moved, mx_moved = n * 2 + n // 2 + n // 16, n * 2 + n + n // 32
             table.add(f"  sweep: NVFP4 kernel {what}", _kernel_time(nvfp4, device, repeat), n * 2, nv_moved)
             table.add(f"  sweep: MXFP8 kernel {what}", _kernel_time(mxfp8, device, repeat), n * 2, mx_moved)
+    # the bf16 MXFP8 kernel (the one quantize_mxfp8 launches) with its E4M3 bytes from integer
+    # operations and from the conversion instruction (the library's choice on sm_89+)
+    for hw in (False, True):
+
+        def mxfp8_words(hw: bool = hw) -> None:
+            ts._mxfp8_bf16_dense_kernel[(rows // 16, cols // 256)](
+                x, cols, rows, data8, scale8, cols, EVEN_R=True, EVEN_C=True, BR=16, NB=8, HW=hw,
+                enable_fp_fusion=False,
+            )  # fmt: skip
+
+        what = "the conversion instruction" if hw else "integer operations"
+        table.add(f"  MXFP8 bf16 kernel, E4M3 from {what}", _kernel_time(mxfp8_words, device, repeat), n * 2,
+                  n * 2 + n + n // 32)  # fmt: skip
     # the amax pass then the quantize kernel (what quantize_nvfp4 launches), the second run first to
     # last or last to first (the library's order: its first reads hit what the amax pass left in L2)
     bc = ts.launch_shape(cols, 16)

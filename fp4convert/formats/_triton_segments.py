@@ -16,6 +16,9 @@ come from the rows each program holds. Launches use ``enable_fp_fusion=False``.
 
 from __future__ import annotations
 
+import functools
+import os
+
 import triton
 import triton.language as tl
 
@@ -71,6 +74,18 @@ def _e4m3_signed(y):
     sub = ((d * 512.0) + 8388608.0).to(tl.uint32, bitcast=True) - 0x4B000000
     code = tl.minimum(tl.where(d < 0.015625, sub, normal), 0x7E) | ((yb >> 24) & 0x80)
     return tl.where(a > 0x7F800000, 0x7F, code).to(tl.int32)
+
+
+@triton.jit
+def _e4m3_byte(y, HW: tl.constexpr):
+    """float32 -> E4M3 byte with its sign (int32), satfinite RNE, NaN -> 0x7F: ``_e4m3_signed``'s bytes.
+    ``HW`` (sm_89 and later, never interpreted) takes them from the conversion instruction
+    (``cvt.rn.satfinite.e4m3x2.f32``, one per two values) instead of ~15 integer operations per
+    value: MXFP8 then stops being bound by arithmetic. tests/formats/test_cuda.py compares the two
+    on every one of the 2^32 float32 bit patterns."""
+    if HW:
+        return y.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+    return _e4m3_signed(y)
 
 
 @triton.jit
@@ -247,7 +262,7 @@ def _nvfp4_dense_kernel(
 @triton.jit
 def _mxfp8_rows(
     src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr,
 ):  # fmt: skip
     NB: tl.constexpr = BC // 32
     q = tl.arange(0, 4)
@@ -263,7 +278,7 @@ def _mxfp8_rows(
         x = tl.load(src + r.to(tl.int64)[:, None, None, None] * ld + col, mask=m4, other=0.0).to(tl.float32)
     v = _absmax(_absmax(x)) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
     sc, inv = _e8m0(v)
-    code = _e4m3_signed(x * inv[:, :, None, None])
+    code = _e4m3_byte(x * inv[:, :, None, None], HW)
     sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
     dptr = data_ptr + orow.to(tl.int64)[:, None, None, None] * cols + col
     if EVEN_R and EVEN_C:
@@ -279,7 +294,7 @@ def _mxfp8_rows(
 def _mxfp8_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, data_ptr, scale_ptr, cols,
     DT: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
-    CH: tl.constexpr,
+    CH: tl.constexpr, HW: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
@@ -291,30 +306,31 @@ def _mxfp8_seg_kernel(
     orow = tl.load(out_ptr + seg) + r
     if CH == 0:  # the whole row
         for c0 in range(0, cols, BC):
-            _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+            _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC, HW)
     else:
         for step in range(CH):
             c0 = (tl.program_id(1) * CH + step) * BC
             if c0 < cols:
-                _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+                _mxfp8_rows(src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC, HW)
 
 
 @triton.jit
 def _mxfp8_dense_kernel(
     x_ptr, ld, rows, data_ptr, scale_ptr, cols,
     EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
+    HW: tl.constexpr,
 ):  # fmt: skip
     r = tl.program_id(0) * BR + tl.arange(0, BR)
     for step in range(CH):
         c0 = (tl.program_id(1) * CH + step) * BC
         if c0 < cols:
-            _mxfp8_rows(x_ptr, ld, r, r < rows, r, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC)
+            _mxfp8_rows(x_ptr, ld, r, r < rows, r, data_ptr, scale_ptr, cols, c0, EVEN_R, EVEN_C, BR, BC, HW)
 
 
 @triton.jit
 def _mxfp8_bf16_dense_kernel(
     x_ptr, ld, rows, data_ptr, scale_ptr, cols,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, NB: tl.constexpr,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, NB: tl.constexpr, HW: tl.constexpr,
 ):  # fmt: skip
     """MXFP8 of a bf16 matrix read as 32-bit words, two values each (``ld`` even): a bf16's float32
     is its bits shifted up, so both halves come from one load without conversions, and their two
@@ -338,7 +354,7 @@ def _mxfp8_bf16_dense_kernel(
     v = tl.maximum(_absmax(lo), _absmax(hi)) * 0.002232142956927418  # rn32(1/448), as in TE
     sc, inv = _e8m0(v)
     inv = inv[:, :, None]
-    pair = (_e4m3_signed(lo * inv) | (_e4m3_signed(hi * inv) << 8)).to(tl.uint16)
+    pair = (_e4m3_byte(lo * inv, HW) | (_e4m3_byte(hi * inv, HW) << 8)).to(tl.uint16)
     dp = data_ptr.to(tl.pointer_type(tl.uint16)) + r.to(tl.int64)[:, None, None] * (cols // 2)
     sp = scale_ptr + r.to(tl.int64)[:, None] * nblocks + blk[None, :]
     if EVEN_R and EVEN_C:
@@ -350,7 +366,7 @@ def _mxfp8_bf16_dense_kernel(
 
 
 @triton.jit
-def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr, BC: tl.constexpr):
+def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr):
     """MXFP8 column blocks (32 consecutive rows of a column) of a row-major matrix, read and written
     in its own layout: one program holds 32 rows x BC columns and takes each column's block amax."""
     r = tl.program_id(0) * 32 + tl.arange(0, 32)
@@ -363,7 +379,7 @@ def _mxfp8_col_kernel(x_ptr, ld, data_ptr, scale_ptr, cols, EVEN_C: tl.constexpr
     m = tl.max(tl.abs(x), axis=0)
     v = tl.where(m == m, m, 0.0) * 0.002232142956927418  # rn32(1/448), a multiply as in TE
     sc, inv = _e8m0(v)
-    code = _e4m3_signed(x * inv[None, :])
+    code = _e4m3_byte(x * inv[None, :], HW)
     dptr = data_ptr + r.to(tl.int64)[:, None] * cols + c[None, :]
     sptr = scale_ptr + tl.program_id(0).to(tl.int64) * cols + c
     if EVEN_C:
@@ -459,6 +475,23 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     return data, scale
 
 
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    import torch
+
+    return torch.cuda.get_device_capability(index)
+
+
+def hardware_e4m3(device) -> bool:
+    """Whether MXFP8 kernels on ``device`` take their E4M3 bytes from the conversion instruction
+    (``_e4m3_byte``): CUDA devices of compute capability 8.9 or later, never under Triton's interpreter."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    import torch
+
+    return _capability(torch.cuda.current_device() if device.index is None else device.index) >= (8, 9)
+
+
 def mxfp8_dense(x2d):
     """MXFP8 (1x32 row blocks) of one contiguous-row matrix."""
     import torch
@@ -466,17 +499,18 @@ def mxfp8_dense(x2d):
     rows, cols = x2d.shape
     data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device=x2d.device)
+    hw = hardware_e4m3(x2d.device)
     if rows and cols and x2d.dtype == torch.bfloat16 and x2d.stride(0) % 2 == 0:
         nb = 8
         _mxfp8_bf16_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), triton.cdiv(cols // 32, nb))](
             x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % (32 * nb) == 0,
-            BR=BLOCK_ROWS, NB=nb, enable_fp_fusion=False,
+            BR=BLOCK_ROWS, NB=nb, HW=hw, enable_fp_fusion=False,
         )  # fmt: skip
     elif rows and cols:
         bc = launch_shape(cols, 32)
         _mxfp8_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, MXFP8_STEPS))](
             x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
-            BR=BLOCK_ROWS, BC=bc, CH=MXFP8_STEPS, enable_fp_fusion=False,
+            BR=BLOCK_ROWS, BC=bc, CH=MXFP8_STEPS, HW=hw, enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
 
@@ -492,8 +526,9 @@ def mxfp8_col_dense(x2d):
     if rows and cols:
         bc = 128
         _mxfp8_col_kernel[(rows // 32, triton.cdiv(cols, bc))](
-            x2d, x2d.stride(0), data, scale, cols, EVEN_C=cols % bc == 0, BC=bc, enable_fp_fusion=False
-        )
+            x2d, x2d.stride(0), data, scale, cols, EVEN_C=cols % bc == 0, BC=bc, HW=hardware_e4m3(x2d.device),
+            enable_fp_fusion=False,
+        )  # fmt: skip
     return data, scale
 
 
@@ -532,6 +567,7 @@ __all__ = [
     "_mxfp8_seg_kernel",
     "_nvfp4_dense_kernel",
     "_nvfp4_seg_kernel",
+    "hardware_e4m3",
     "launch_shape",
     "mxfp8_col_dense",
     "mxfp8_dense",

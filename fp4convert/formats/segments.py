@@ -337,7 +337,7 @@ def mxfp8_segments(sources: Sources, *, data: torch.Tensor, scale: torch.Tensor)
         ts._mxfp8_seg_kernel[(tables["tab"].shape[0], 1)](  # type: ignore[attr-defined]
             tables["tab"], ptrs, lds, tables["rows"], tables["out"], data, scale, layout.cols,
             DT=_tl_dtype(sources.dtype), EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc,
-            CH=0, enable_fp_fusion=False,
+            CH=0, HW=ts.hardware_e4m3(device), enable_fp_fusion=False,  # type: ignore[attr-defined]
         )  # fmt: skip
         return
     if device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():

@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from _helpers import adversarial, assert_bytes_equal
 from _helpers import check_mxfp8_segments as check_mxfp8
 from _helpers import check_nvfp4_segments as check_nvfp4
 from _helpers import segment_group as group
 
+from fp4convert.formats import _triton_segments as ts
 from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import four_over_six_choices, quantize_nvfp4
@@ -186,3 +189,28 @@ def test_public_quantize_calls_never_wait_for_the_device():
     given = quantize_nvfp4(x.cpu(), amax=torch.tensor(1.5))
     for field in ("data", "scale", "amax"):
         assert_bytes_equal(getattr(results[1], field), getattr(given, field))
+
+
+@triton.jit
+def _e4m3_disagreements(out_ptr, start, BLOCK: tl.constexpr):
+    """Over ``BLOCK`` float32 bit patterns from ``start``: how many take another byte from the
+    conversion instruction than from the integer rounding (``out[0]``), and the smallest (``out[1]``)."""
+    bits = (start + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)).to(tl.uint32)
+    y = bits.to(tl.float32, bitcast=True)
+    differ = ts._e4m3_byte(y, True) != ts._e4m3_byte(y, False)
+    tl.atomic_add(out_ptr, tl.sum(differ.to(tl.int64)))
+    tl.atomic_min(out_ptr + 1, tl.min(tl.where(differ, bits.to(tl.int64), 1 << 40)))
+
+
+def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32():
+    # MXFP8 kernels on sm_89+ take their E4M3 bytes from cvt.rn.satfinite.e4m3x2.f32; the integer
+    # rounding (the interpreter's and older GPUs' path, the CPU kernel's arithmetic) is the
+    # specification. Every one of the 2^32 bit patterns: normals, subnormals, ties, overflow, inf, NaN.
+    if not ts.hardware_e4m3(torch.device("cuda")):
+        pytest.skip("this GPU has no E4M3 conversion instruction (compute capability < 8.9)")
+    out = torch.tensor([0, 1 << 40], dtype=torch.int64, device="cuda")
+    block, chunk = 4096, 1 << 30
+    for start in range(0, 1 << 32, chunk):
+        _e4m3_disagreements[(chunk // block,)](out, start, BLOCK=block, enable_fp_fusion=False)
+    differing, first = out.tolist()
+    assert differing == 0, f"{differing} float32 patterns differ, the first {first:#010x}"
