@@ -148,6 +148,11 @@ class ExportValidator:
         self._rows_on: dict[tuple[str, str], torch.Tensor] = {}
         #: the byte check's steps when the master gives every expected item (the usual case)
         self._all_steps = self._steps(self.items, complete=None)
+        #: expected items per format, as every report states them (fixed by the plan)
+        self._formats: dict[str, int] = {}
+        for item in self.items:
+            fmt = item.decision.format if item.quantized else "bf16"
+            self._formats[fmt] = self._formats.get(fmt, 0) + 1
 
     # -- what a master layout fixes ------------------------------------------------------------------
 
@@ -289,13 +294,10 @@ class ExportValidator:
             ep_size=self.ep_size,
             expected=list(compiled.expected_names),
             received=len(exported),
-            formats={},
+            formats=dict(self._formats),
             findings=list(compiled.problems),
             master_bytes=compiled.master_bytes,
         )
-        for item in self.items:
-            fmt = item.decision.format if item.quantized else "bf16"
-            report.formats[fmt] = report.formats.get(fmt, 0) + 1
         ctx = Context(
             plan,
             exported,
