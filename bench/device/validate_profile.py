@@ -49,7 +49,8 @@ def steady(label: str, fn) -> None:
     gpu = sum(e.self_device_time_total for e in prof.key_averages()) / 1e6
     kernels = sum(e.count for e in prof.key_averages())
     every = ", ".join(f"{w * 1e3:.0f}" for w in walls)
-    print(f"== {label}: wall best {min(walls) * 1e3:.1f} ms (all {every}), {master_bytes / min(walls) / 1e9:.0f} GB/s; "
+    rate = master_bytes / min(walls) / 1e9
+    print(f"== {label}: wall best {min(walls) * 1e3:.1f} ms (all {every}), {rate:.0f} GB/s; "
           f"GPU busy {gpu * 1e3:.1f} ms in {kernels} kernels/copies")  # fmt: skip
     print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=8, max_name_column_width=60))
     profiler = cProfile.Profile()
