@@ -9,7 +9,14 @@ import torch
 
 from fp4convert.formats.mxfp8 import mxfp8_matrix_reference
 from fp4convert.formats.nvfp4 import nvfp4_matrix_reference
-from fp4convert.formats.segments import SegmentLayout, Sources, mxfp8_segments, nvfp4_segments, unit_amax
+from fp4convert.formats.segments import (
+    SegmentLayout,
+    Sources,
+    mxfp8_segments,
+    nvfp4_segment_mismatches,
+    nvfp4_segments,
+    unit_amax,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACTS = ROOT / "contracts"
@@ -121,3 +128,30 @@ def check_mxfp8_segments(parts: list[torch.Tensor]) -> None:
     want_data, want_scale = mxfp8_matrix_reference(torch.cat([p.cpu() for p in parts]))
     assert_bytes_equal(data, want_data)
     assert_bytes_equal(scale, want_scale)
+
+
+def check_nvfp4_segment_mismatches(parts: list[torch.Tensor], units: list[int], profile: str, tile: str) -> None:
+    """The one-pass quantize-and-compare kernel (Triton) flags exactly the rows whose bytes differ
+    from the group's NVFP4 bytes: none for the right bytes, then each planted difference (a data
+    byte's high or low nibble, a scale byte) in its own row, first and last rows and columns included."""
+    cols = parts[0].shape[1]
+    layout = SegmentLayout.of([p.shape[0] for p in parts], units, cols=cols)
+    sources = Sources(layout).bind(parts)
+    amax = unit_amax(sources)
+    device = parts[0].device
+    data = torch.empty(layout.total_rows, cols // 2, dtype=torch.uint8, device=device)
+    scale = torch.empty(layout.total_rows, cols // 16, dtype=torch.uint8, device=device)
+    nvfp4_segments(sources, amax, profile, tile=tile, data=data, scale=scale)
+    flags = nvfp4_segment_mismatches(sources, amax, profile, tile=tile, data=data, scale=scale)
+    assert flags is not None, "no one-pass kernel here (run on CUDA or under Triton's interpreter)"
+    assert_bytes_equal(flags, torch.zeros(layout.total_rows, 2, dtype=torch.int32))
+    rows = layout.total_rows
+    wrong_data, wrong_scale = data.clone(), scale.clone()
+    for row, col, bit in ((0, 0, 0x01), (rows // 2, cols // 2 - 1, 0x80), (rows - 1, cols // 4 + 1, 0x10)):
+        wrong_data[row, col] ^= bit
+    for row, col in ((1, 0), (rows - 1, cols // 16 - 1)):
+        wrong_scale[row, col] ^= 0x01
+    flags = nvfp4_segment_mismatches(sources, amax, profile, tile=tile, data=wrong_data, scale=wrong_scale)
+    want = torch.stack([(wrong_data != data).any(dim=1), (wrong_scale != scale).any(dim=1)], dim=1)
+    assert flags is not None
+    assert_bytes_equal(flags, want.to(torch.int32))

@@ -160,10 +160,12 @@ def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr):
 def _nvfp4_rows(
     src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
     PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, VERIFY: tl.constexpr,
 ):  # fmt: skip
     """Quantize columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` into output rows ``orow``. (The
-    column loop is the caller's: the Triton interpreter runs ``range`` loops in kernels only.)"""
+    column loop is the caller's: the Triton interpreter runs ``range`` loops in kernels only.)
+    ``VERIFY`` compares with the bytes already at the outputs instead of writing them; returns, per
+    row, whether any data word and any scale byte differ (int32 0/1; zeros when writing)."""
     NB: tl.constexpr = BC // 16
     h = tl.arange(0, 2)
     j = tl.arange(0, 8)
@@ -187,23 +189,39 @@ def _nvfp4_rows(
         + blk[None, :, None] * 2
         + h[None, None, :]
     )
-    if EVEN_R and EVEN_C:
-        tl.store(sptr, sf.to(tl.uint8))
-        tl.store(wptr, words)
+    if VERIFY:
+        if EVEN_R and EVEN_C:
+            bad_s = tl.load(sptr) != sf.to(tl.uint8)
+            bad_w = tl.load(wptr) != words
+        else:
+            m2 = rmask[:, None] & (blk < nblocks)[None, :]
+            bad_s = (tl.load(sptr, mask=m2, other=0) != sf.to(tl.uint8)) & m2
+            bad_w = (tl.load(wptr, mask=m2[:, :, None], other=0) != words) & m2[:, :, None]
+        row_w = tl.max(tl.max(bad_w.to(tl.int32), axis=2), axis=1)
+        row_s = tl.max(bad_s.to(tl.int32), axis=1)
     else:
-        m2 = rmask[:, None] & (blk < nblocks)[None, :]
-        tl.store(sptr, sf.to(tl.uint8), mask=m2)
-        tl.store(wptr, words, mask=m2[:, :, None])
+        if EVEN_R and EVEN_C:
+            tl.store(sptr, sf.to(tl.uint8))
+            tl.store(wptr, words)
+        else:
+            m2 = rmask[:, None] & (blk < nblocks)[None, :]
+            tl.store(sptr, sf.to(tl.uint8), mask=m2)
+            tl.store(wptr, words, mask=m2[:, :, None])
+        row_w = tl.zeros((BR,), dtype=tl.int32)
+        row_s = row_w
+    return row_w, row_s
 
 
 @triton.jit
 def _nvfp4_seg_kernel(
-    tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols,
+    tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols, bad_ptr,
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
-    EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
+    EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, VERIFY: tl.constexpr,
 ):  # fmt: skip
     """One ``(segment, first row)`` block per program, and one span of ``CH`` column steps (``CH``
-    0: the whole row, as grouped launches run); the segment's unit amax gives its scales."""
+    0: the whole row, as grouped launches run); the segment's unit amax gives its scales.
+    ``VERIFY`` (with ``CH`` 0) compares with the bytes at ``data``/``scale`` instead of writing
+    them, and writes ``bad[row] = (data differs, scale differs)`` (int32 0/1) for every output row."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -216,18 +234,25 @@ def _nvfp4_seg_kernel(
     amax = tl.load(amax_ptr + tl.load(unit_ptr + seg))
     sdec, mult = _outer(tl.full((BR, 1), 0.0, tl.float32) + amax, PROFILE, GMAX)
     if CH == 0:  # the whole row
+        bad_w = tl.zeros((BR,), dtype=tl.int32)
+        bad_s = tl.zeros((BR,), dtype=tl.int32)
         for c0 in range(0, cols, BC):
-            _nvfp4_rows(
+            w, sc = _nvfp4_rows(
                 src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
-                BR, BC,
+                BR, BC, VERIFY,
             )  # fmt: skip
+            bad_w = tl.maximum(bad_w, w)
+            bad_s = tl.maximum(bad_s, sc)
+        if VERIFY:
+            tl.store(bad_ptr + 2 * orow.to(tl.int64), bad_w, mask=rmask)
+            tl.store(bad_ptr + 2 * orow.to(tl.int64) + 1, bad_s, mask=rmask)
     else:
         for step in range(CH):
             c0 = (tl.program_id(1) * CH + step) * BC
             if c0 < cols:
                 _nvfp4_rows(
                     src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R,
-                    EVEN_C, BR, BC,
+                    EVEN_C, BR, BC, False,
                 )  # fmt: skip
 
 
@@ -255,7 +280,7 @@ def _nvfp4_dense_kernel(
         if c0 < cols:
             _nvfp4_rows(
                 x_ptr, ld, r, rmask, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
-                BR, BC,
+                BR, BC, False,
             )  # fmt: skip
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "SegmentLayout",
     "Sources",
     "mxfp8_segments",
+    "nvfp4_segment_mismatches",
     "nvfp4_segments",
     "reads_by_address",
     "segment_amax",
@@ -302,16 +303,7 @@ def nvfp4_segments(
     segment_kernel = spec.chain in _SEGMENT_CHAINS
     device = sources.device
     if segment_kernel and _on_triton(device):
-        ts = _cuda_kernels()
-        tables = layout.tables(device)
-        ptrs, lds = sources.device_tables()
-        bc = ts.launch_shape(layout.cols, NVFP4_BLOCK)  # type: ignore[attr-defined]
-        ts._nvfp4_seg_kernel[(tables["tab"].shape[0], 1)](  # type: ignore[attr-defined]
-            tables["tab"], ptrs, lds, tables["rows"], tables["out"], tables["unit32"], amax.float(),
-            data, scale, layout.cols, DT=_tl_dtype(sources.dtype), PROFILE=kernels.PROFILE_CODES[spec.chain],
-            GMAX=spec.global_max, TILE16=tile == "16x16", EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0,
-            BR=BLOCK_ROWS, BC=bc, CH=0, enable_fp_fusion=False,
-        )  # fmt: skip
+        _launch_nvfp4(sources, amax, spec, tile, data, scale, None)
         return
     row_amax = amax.float()[layout.row_units(amax.device)]
     if segment_kernel and device.type == "cpu" and sources.dtype in kernels.CPU_DTYPES and kernels.native_available():
@@ -320,6 +312,60 @@ def nvfp4_segments(
     got_data, got_scale = nvfp4_matrix(sources.stacked(), row_amax, profile, tile=tile)  # type: ignore[arg-type]
     data.copy_(got_data)
     scale.copy_(got_scale)
+
+
+def nvfp4_segment_mismatches(
+    sources: Sources,
+    amax: torch.Tensor,
+    profile: profiles.Profile,
+    *,
+    tile: str,
+    data: torch.Tensor,
+    scale: torch.Tensor,
+) -> torch.Tensor | None:
+    """Which rows of ``data`` / ``scale`` differ from the group's NVFP4 bytes, in one pass that
+    quantizes and compares without writing the expected bytes anywhere (a validator's check).
+
+    Arguments as :func:`nvfp4_segments`, with ``data`` and ``scale`` the bytes to check (read only).
+    Returns int32 ``(rows, 2)`` on the device, 1 where a row's data / scale bytes differ, or None
+    where there is no such kernel (not on Triton, a chain without a segment kernel, ``data`` not on
+    a 4-byte boundary): the caller quantizes with :func:`nvfp4_segments` and compares.
+    """
+    layout = sources.layout
+    _check_outputs(layout, data, scale, 2, NVFP4_BLOCK)
+    spec = profiles.profile_spec(profile)
+    if not (_on_triton(sources.device) and spec.chain in _SEGMENT_CHAINS and data.data_ptr() % 4 == 0):
+        return None
+    if layout.cols % NVFP4_BLOCK or (tile == "16x16" and not layout.even_rows):
+        raise FormatError(f"a group of width {layout.cols} and rows {layout.rows[:4]}... cannot take {tile} blocks")
+    bad = torch.empty(layout.total_rows, 2, dtype=torch.int32, device=sources.device)
+    _launch_nvfp4(sources, amax, spec, tile, data, scale, bad)
+    return bad
+
+
+def _launch_nvfp4(
+    sources: Sources,
+    amax: torch.Tensor,
+    spec: profiles.ProfileSpec,
+    tile: str,
+    data: torch.Tensor,
+    scale: torch.Tensor,
+    bad: torch.Tensor | None,
+) -> None:
+    """One launch of the NVFP4 segment kernel: writing ``data``/``scale``, or with ``bad`` comparing them."""
+    layout = sources.layout
+    device = sources.device
+    ts = _cuda_kernels()
+    tables = layout.tables(device)
+    ptrs, lds = sources.device_tables()
+    bc = ts.launch_shape(layout.cols, NVFP4_BLOCK)  # type: ignore[attr-defined]
+    ts._nvfp4_seg_kernel[(tables["tab"].shape[0], 1)](  # type: ignore[attr-defined]
+        tables["tab"], ptrs, lds, tables["rows"], tables["out"], tables["unit32"], amax.float(),
+        data, scale, layout.cols, data if bad is None else bad, DT=_tl_dtype(sources.dtype),
+        PROFILE=kernels.PROFILE_CODES[spec.chain], GMAX=spec.global_max, TILE16=tile == "16x16",
+        EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=0, VERIFY=bad is not None,
+        enable_fp_fusion=False,
+    )  # fmt: skip
 
 
 def mxfp8_segments(sources: Sources, *, data: torch.Tensor, scale: torch.Tensor) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from fp4convert.formats import kernels
 from fp4convert.formats.nvfp4 import NVFP4Tensor
-from fp4convert.formats.segments import Sources, mxfp8_segments, nvfp4_segments, unit_amax
+from fp4convert.formats.segments import Sources, mxfp8_segments, nvfp4_segment_mismatches, nvfp4_segments, unit_amax
 from fp4convert.formats.uploads import upload
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.groups import bind_segments, segments_of
@@ -157,12 +157,17 @@ def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def _bad_rows(batch: Batch, actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     """Differing rows of each item of ``batch`` (int64 ``(items,)`` on the device)."""
-    bad = (actual.reshape(expected.shape) != expected).any(dim=1)
+    return _per_item(batch, (actual.reshape(expected.shape) != expected).any(dim=1))
+
+
+def _per_item(batch: Batch, bad: torch.Tensor) -> torch.Tensor:
+    """Per-row flags ``(rows, ...)`` (0/1) summed over each item's rows: int64 ``(items, ...)``."""
     items = len(batch.items)
     if batch.equal_rows:
-        return bad.view(items, -1).sum(dim=1)
-    row_item = batch.per_row("item", expected.device)
-    return torch.zeros(items, dtype=torch.int64, device=expected.device).index_add_(0, row_item, bad.long())
+        return bad.reshape(items, -1, *bad.shape[1:]).sum(dim=1, dtype=torch.int64)
+    row_item = batch.per_row("item", bad.device)
+    counts = torch.zeros(items, *bad.shape[1:], dtype=torch.int64, device=bad.device)
+    return counts.index_add_(0, row_item, bad.long())
 
 
 def _joined(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -231,13 +236,22 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     device = ctx.device
     item_unit, unit_first, units = batch.on(device)
     tile = getattr(batch.items[0].decision.recipe, "tile", "1x16")
+    bad: torch.Tensor | None = None  # (items, 2): differing data / scale rows of each item
     if sources is not None:
         unit_amax_ = unit_amax(sources)
         layout = sources.layout
-        data = torch.empty(layout.total_rows, layout.cols // 2, dtype=torch.uint8, device=device)
-        scale = torch.empty(layout.total_rows, layout.cols // 16, dtype=torch.uint8, device=device)
-        nvfp4_segments(sources, unit_amax_, plan.profile, tile=tile, data=data, scale=scale)  # type: ignore[arg-type]
         dtype = sources.dtype
+        # where the kernel can, it quantizes and compares in one pass (the expected bytes are never written)
+        flags = nvfp4_segment_mismatches(
+            sources, unit_amax_, plan.profile, tile=tile, data=act_data.view(layout.total_rows, layout.cols // 2),  # type: ignore[arg-type]
+            scale=act_scale.view(layout.total_rows, layout.cols // 16),
+        )  # fmt: skip
+        if flags is not None:
+            bad = _per_item(batch, flags)
+        else:
+            data = torch.empty(layout.total_rows, layout.cols // 2, dtype=torch.uint8, device=device)
+            scale = torch.empty(layout.total_rows, layout.cols // 16, dtype=torch.uint8, device=device)
+            nvfp4_segments(sources, unit_amax_, plan.profile, tile=tile, data=data, scale=scale)  # type: ignore[arg-type]
     else:
         assert x is not None
         row_unit = batch.per_row("unit", device)
@@ -246,19 +260,14 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
         )
         data, scale = kernels.nvfp4_matrix(x, unit_amax_[row_unit], plan.profile, tile16=tile == "16x16")  # type: ignore[arg-type]
         dtype = x.dtype
+    if bad is None:
+        bad = torch.stack([_bad_rows(batch, act_data, data), _bad_rows(batch, act_scale, scale)], dim=1)
     # Dialect global scales are elementwise in the amax: one call for every unit of the batch.
     amaxes = NVFP4Tensor((int(units),), dtype, tile, "tensor", plan.profile, unit_amax_)
     expected_global = plan.dialect.global_scale(amaxes).float()[item_unit].view(torch.int32)
     act_global = act_global.view(torch.int32)
-    return torch.stack(
-        [
-            _bad_rows(batch, act_data, data),
-            _bad_rows(batch, act_scale, scale),
-            (act_global != expected_global).long(),
-            (act_global != act_global[unit_first[item_unit]]).long(),
-        ],
-        dim=1,
-    )
+    shared = act_global[unit_first[item_unit]]
+    return torch.cat([bad, torch.stack([act_global != expected_global, act_global != shared], dim=1).long()], dim=1)
 
 
 def _mxfp8(ctx: Context, batch: Batch) -> torch.Tensor:

@@ -34,6 +34,7 @@ from _helpers import (  # noqa: E402
     adversarial,
     assert_bytes_equal,
     check_mxfp8_segments,
+    check_nvfp4_segment_mismatches,
     check_nvfp4_segments,
     segment_group,
 )
@@ -53,6 +54,10 @@ def segment_kernels() -> None:
         for profile in KERNEL_PROFILES:
             for tile in ("1x16", "16x16"):
                 check_nvfp4_segments(*segment_group(dtype), profile, tile)
+                check_nvfp4_segment_mismatches(*segment_group(dtype), profile, tile)
+            # rows that are no multiple of the kernel's block rows: the masked compare
+            odd = [adversarial((21, 96), dtype, seed=21), adversarial((5, 96), dtype, seed=22)]
+            check_nvfp4_segment_mismatches(odd, [0, 1], profile, "1x16")
         check_mxfp8_segments(segment_group(dtype)[0])
         print("ok segments", dtype, flush=True)
 
@@ -122,5 +127,50 @@ def live_exporter() -> None:
         print("ok exporter", layout, flush=True)
 
 
+def _flipped(tensor: torch.Tensor, bit: int) -> torch.Tensor:
+    """A copy of ``tensor`` with ``bit`` flipped in its last byte."""
+    copy = tensor.clone()
+    copy.view(torch.uint8).view(-1)[-1] ^= bit
+    return copy
+
+
+def export_validator() -> None:
+    """The validator's byte check through the one-pass NVFP4 compare kernel: an exporter's own
+    buffers (one view per batch) pass; a copy with one data byte and one scale byte changed
+    (concatenated per batch) fails on exactly those two tensors."""
+    from conftest import build_tiny_checkpoint
+    from safetensors.torch import load_file
+
+    from fp4convert.families import hf_to_megatron, load_config
+    from fp4convert.megatron.sync import LiveExporter
+    from fp4convert.megatron.validate import ExportValidator
+
+    directory = build_tiny_checkpoint("qwen3_moe", Path(tempfile.mkdtemp()))
+    hf: dict[str, torch.Tensor] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        hf.update(load_file(str(path)))
+    config = load_config(directory)
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    segments._on_triton = lambda device: True  # CPU tensors through the CUDA path, interpreted
+    exported = dict(LiveExporter(contract=NVFP4_EXPERTS, config=config)(megatron))
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    report = validator(exported, megatron)
+    assert report.ok, report.summary()
+    data = next(n for n in exported if n.endswith(".experts.0.down_proj.weight"))
+    scale = next(n for n in exported if n.endswith(".experts.1.gate_proj.weight_scale"))
+    wrong = {**exported, data: _flipped(exported[data], 0x10), scale: _flipped(exported[scale], 0x01)}
+    report = validator(wrong, megatron)
+    failed = {f.tensor for f in report.findings if f.check == "bytes"}
+    assert failed == {data, scale}, report.summary()
+    segments._on_triton = lambda device: False
+    print("ok validator", flush=True)
+
+
 if __name__ == "__main__":
-    {"segments": segment_kernels, "dense": dense_kernels, "exporter": live_exporter}[sys.argv[1]]()
+    parts = {
+        "segments": segment_kernels,
+        "dense": dense_kernels,
+        "exporter": live_exporter,
+        "validator": export_validator,
+    }
+    parts[sys.argv[1]]()

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 from _helpers import adversarial, assert_bytes_equal
 from _helpers import check_mxfp8_segments as check_mxfp8
+from _helpers import check_nvfp4_segment_mismatches as check_nvfp4_mismatches
 from _helpers import check_nvfp4_segments as check_nvfp4
 from _helpers import segment_group as group
 
@@ -117,6 +118,15 @@ def test_tile_amax_cuda_equals_cpu(dtype):
 @pytest.mark.parametrize("tile", ["1x16", "16x16"])
 def test_segment_kernels_on_cuda_equal_the_cpu_reference(dtype, profile, tile):
     check_nvfp4(*group(dtype, "cuda"), profile, tile)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt"])
+def test_one_pass_nvfp4_compare_on_cuda_flags_exactly_the_differing_rows(dtype, profile):
+    for tile in ("1x16", "16x16"):
+        check_nvfp4_mismatches(*group(dtype, "cuda"), profile, tile)
+    odd = [adversarial((21, 96), dtype, seed=21).cuda(), adversarial((5, 96), dtype, seed=22).cuda()]
+    check_nvfp4_mismatches(odd, [0, 1], profile, "1x16")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
