@@ -1,7 +1,7 @@
 # Issue 15, stop 27, first batch: the E4M3 conversion instruction in the MXFP8 kernels (all 2^32
 # float32 patterns against the integer rounding, then every CUDA == CPU test), which instruction
 # Triton emits, the host time of one public call, and live_sync's kernel rows on 4 layers.
-timeout 280 python3 -m pytest -m gpu tests/formats/test_cuda.py -q -n 8 -rfs -p no:cacheprovider 2>&1 | tail -6
+timeout 300 python3 -m pytest -m gpu tests/formats/test_cuda.py tests/megatron -q -n 8 -rfs -p no:cacheprovider 2>&1 | tail -6
 python3 - <<'PY'
 import torch
 from fp4convert.formats import _triton_segments as ts
