@@ -17,5 +17,3 @@ timeout 120 python3 bench/device/call_overhead.py --calls 3000 > $OUT/call_overh
 sed -n '1,13p' $OUT/call_overhead.txt; grep -A 30 "^== cProfile" $OUT/call_overhead.txt | grep -E "^==|^ +[0-9]" | cut -c1-140 | head -40
 timeout 200 python3 bench/live_sync.py --layers 4 --repeat 3 > $OUT/live_sync.txt 2>&1
 grep -E "NVFP4|MXFP8|copy|export_hf steady|validate_export, steady" $OUT/live_sync.txt | grep -v "^  [a-z]* *(issue" | head -40
-timeout 200 python3 bench/device/validate_profile.py 48 > $OUT/validate_profile.txt 2>&1
-grep -v -E "^$|^-+$|Ordered by|List reduced|^ +ncalls" $OUT/validate_profile.txt | cut -c1-170 | head -100
