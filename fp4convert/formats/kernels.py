@@ -393,7 +393,7 @@ def nvfp4_units(
     unit_rows = max(1, unit_rows)
     spec = profiles.profile_spec(profile)
     code = PROFILE_CODES[spec.chain]
-    units = unit_amax.reshape(-1).to(x2d.device, torch.float32)
+    units = (unit_amax if unit_amax.dim() == 1 else unit_amax.reshape(-1)).to(x2d.device, torch.float32)
     if x2d.is_cuda and spec.chain != "4over6" and block_amax is None:
         # One launch: the scales come from each unit's amax in the kernel, the 16x16 tile amaxes
         # from the 16 rows each program holds (bench/device/kernel_lab.py measures the shapes).

@@ -142,9 +142,12 @@ def quantize_mxfp8(x: torch.Tensor, *, axis: Axis = "row", backend: Backend = "a
             )
     src = x if axis == "row" else x.transpose(-1, -2).contiguous()
     cols = src.shape[-1]
-    data, scale = mxfp8_matrix(src.reshape(-1, cols), backend=backend)
-    data = data.reshape(src.shape)
-    scale = scale.reshape(*src.shape[:-1], cols // MXFP8_BLOCK)
+    if src.dim() == 2:  # (the public calls are host-bound on a GPU: no views where none is needed)
+        data, scale = mxfp8_matrix(src, backend=backend)
+    else:
+        data, scale = mxfp8_matrix(src.reshape(-1, cols), backend=backend)
+        data = data.reshape(src.shape)
+        scale = scale.reshape(*src.shape[:-1], cols // MXFP8_BLOCK)
     if axis == "col":
         data = data.transpose(-1, -2).contiguous()
         scale = scale.transpose(-1, -2).contiguous()

@@ -160,11 +160,14 @@ def _scope_amax(x: torch.Tensor, scope: str, backend: Backend) -> torch.Tensor:
 
 def _check_amax(amax: torch.Tensor, expected: tuple[int, ...], scope: str) -> torch.Tensor:
     amax = torch.as_tensor(amax, dtype=torch.float32)
-    if tuple(amax.shape) != expected and not (expected == () and amax.numel() == 1):
+    shape = tuple(amax.shape)
+    if shape == expected:
+        return amax
+    if not (expected == () and amax.numel() == 1):
         raise FormatError(
-            f"amax= has shape {tuple(amax.shape)}, expected {expected} for scope={scope!r}",
+            f"amax= has shape {shape}, expected {expected} for scope={scope!r}",
             hint="pass one amax per scope unit (a scalar for 'tensor', one per row or per expert)",
-            found=tuple(amax.shape),
+            found=shape,
             expected=expected,
         )
     return amax.reshape(expected)
@@ -248,13 +251,19 @@ def _quantize_rowwise(
     x: torch.Tensor, amax: torch.Tensor, scope: str, tile: Tile, profile: profiles.Profile, backend: Backend
 ) -> tuple[torch.Tensor, torch.Tensor]:
     cols = x.shape[-1]
-    x2d = x.reshape(-1, cols)
+    matrix = x.dim() == 2  # (the public calls are host-bound on a GPU: no views where none is needed)
+    x2d = x if matrix else x.reshape(-1, cols)
     if _has_kernel(x2d, profile, backend):  # one amax per scope unit: the kernel expands it, not torch
         rows = x2d.shape[0]
-        unit_rows = {"tensor": max(rows, 1), "row": 1, "expert": max(rows // max(x.shape[0], 1), 1)}[scope]
+        if scope == "tensor":
+            unit_rows = max(rows, 1)
+        else:
+            unit_rows = 1 if scope == "row" else max(rows // max(x.shape[0], 1), 1)
         data, scale = kernels.nvfp4_units(x2d, amax, unit_rows, profile, tile16=tile == "16x16")
     else:
         data, scale = nvfp4_matrix(x2d, _per_row(amax, scope, x.shape), profile, tile=tile, backend=backend)
+    if matrix:
+        return data, scale
     lead = tuple(x.shape[:-1])
     return data.reshape(*lead, cols // 2), scale.reshape(*lead, cols // NVFP4_BLOCK)
 
@@ -262,15 +271,14 @@ def _quantize_rowwise(
 def _outer_amax(x: torch.Tensor, scope: str, amax: torch.Tensor | float | None, backend: Backend) -> torch.Tensor:
     if amax is None:
         return _scope_amax(x, scope, backend)
-    expected: tuple[int, ...] = {
-        "tensor": (),
-        "row": (x.numel() // x.shape[-1],),
-        "expert": (x.shape[0],),
-    }[scope]
+    if scope == "tensor":
+        expected: tuple[int, ...] = ()
+    else:
+        expected = (x.numel() // x.shape[-1],) if scope == "row" else (x.shape[0],)
     if isinstance(amax, (int, float)):
         # a fill on the device, not torch.as_tensor: a CUDA tensor built from a Python number is a
         # blocking copy from pageable host memory, and stalls every call issued behind it
-        amax = torch.full((), amax, dtype=torch.float32, device=x.device)
+        return _check_amax(torch.full((), amax, dtype=torch.float32, device=x.device), expected, scope)
     return _check_amax(torch.as_tensor(amax, device=x.device), expected, scope)
 
 
