@@ -500,6 +500,10 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     return data, scale
 
 
+#: Triton's interpreter (read once, as Triton does): it runs kernels on CPU tensors, without the instruction
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
 @functools.cache
 def _capability(index: int) -> tuple[int, int]:
     import torch
@@ -510,7 +514,7 @@ def _capability(index: int) -> tuple[int, int]:
 def hardware_e4m3(device) -> bool:
     """Whether MXFP8 kernels on ``device`` take their E4M3 bytes from the conversion instruction
     (``_e4m3_byte``): CUDA devices of compute capability 8.9 or later, never under Triton's interpreter."""
-    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+    if device.type != "cuda" or _INTERPRETED:
         return False
     import torch
 
