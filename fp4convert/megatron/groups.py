@@ -73,6 +73,9 @@ class Group:
     sources: Sources | None = None
     _units_dev: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.names = [item.info.name for item in self.items]  # what a sync looks the pieces up by
+
     @property
     def num_units(self) -> int:
         return max(self.units) + 1
