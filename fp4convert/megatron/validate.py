@@ -58,6 +58,8 @@ class _Compiled:
     master_bytes: int
     checks: list[tuple[str, torch.dtype, tuple[int, ...], PlannedTensor]]
     steps: list[list[Step]] | None = None  # per layer, when every item is fit (the usual case)
+    #: per layer of ``steps``, how far into the checks its tensors reach (non-decreasing)
+    layer_ends: list[int] | None = None
 
     def __post_init__(self) -> None:  # the checks' columns, compared as whole lists
         self.names = [c[0] for c in self.checks]
@@ -65,24 +67,51 @@ class _Compiled:
         self.shapes = [c[2] for c in self.checks]
         self.index = {name: i for i, name in enumerate(self.names)}
 
+    def set_steps(self, steps: list[list[Step]]) -> None:
+        """The byte check's steps, layers ordered by how far into the checks their tensors reach (the
+        embedding's layer holds the last head too), and how many checks must pass before each runs."""
+        ends = []
+        for layer in steps:
+            items = [p for _, payload in layer for p in (payload.items if isinstance(payload, Batch) else [payload])]
+            ends.append(max((self.index[o[0]] + 1 for i in items for o in self.outputs[i.info.name]), default=0))
+        order = sorted(range(len(steps)), key=ends.__getitem__)
+        self.steps = [steps[i] for i in order]
+        self.layer_ends = [ends[i] for i in order]
+
 
 _DTYPE = operator.attrgetter("dtype")
 _SHAPE = operator.attrgetter("shape")
 
 
-def _as_expected(exported: Mapping[str, torch.Tensor], compiled: _Compiled, ctx: Context) -> bool:
-    """Whether every expected tensor is there with its dtype and shape: the usual case, in C-level
-    passes over the ~55k tensors of a sync rather than a Python loop (which then names the faults).
-    When so, the tensors are kept in ``ctx.fetched`` for the byte check (no second lookup)."""
-    tensors = list(map(exported.get, compiled.names))
+def _as_expected(
+    exported: Mapping[str, torch.Tensor], compiled: _Compiled, ctx: Context, start: int = 0, end: int | None = None
+) -> bool:
+    """Whether every expected tensor (of checks ``start:end``) is there with its dtype and shape: the
+    usual case, in C-level passes over the ~55k tensors of a sync rather than a Python loop (which
+    then names the faults). When so, the tensors are kept in ``ctx.fetched`` for the byte check (no
+    second lookup); a range starting at 0 begins a new list."""
+    count = len(compiled.names)
+    end = count if end is None else end
+    whole = start == 0 and end == count
+    tensors = list(map(exported.get, compiled.names if whole else compiled.names[start:end]))
     try:
         dtypes = list(map(_DTYPE, tensors))  # a missing tensor (None) has no dtype
     except AttributeError:
         return False
-    if dtypes == compiled.dtypes and list(map(_SHAPE, tensors)) == compiled.shapes:
-        ctx.fetched, ctx.fetched_index = cast(list[torch.Tensor], tensors), compiled.index  # no None: each had a dtype
-        return True
-    return False
+    if whole:
+        fit = dtypes == compiled.dtypes and list(map(_SHAPE, tensors)) == compiled.shapes
+    else:
+        fit = dtypes == compiled.dtypes[start:end] and list(map(_SHAPE, tensors)) == compiled.shapes[start:end]
+    if not fit:
+        return False
+    if whole:
+        ctx.fetched = cast(list[torch.Tensor], tensors)  # no None: each had a dtype
+    else:
+        if start == 0 or ctx.fetched is None:
+            ctx.fetched = cast(list[torch.Tensor], [None] * count)
+        ctx.fetched[start:end] = cast(list[torch.Tensor], tensors)
+    ctx.fetched_index = compiled.index
+    return True
 
 
 def _device_of(master: Mapping[str, torch.Tensor]) -> torch.device:
@@ -180,7 +209,7 @@ class ExportValidator:
         ]
         compiled = _Compiled(sources, outputs, list(scratch.findings), ctx.expected_names, ctx.master_bytes, checks)
         everything = len(outputs) == len(self.items)
-        compiled.steps = self._all_steps if everything else self._steps([self.plan.items[n] for n in outputs], None)
+        compiled.set_steps(self._all_steps if everything else self._steps([self.plan.items[n] for n in outputs], None))
         self._compiled = (signature, compiled)
         return compiled
 
@@ -232,11 +261,17 @@ class ExportValidator:
     # -- the byte comparison ---------------------------------------------------------------------------
 
     def _compare(
-        self, ctx: Context, compiled: _Compiled, broken: set[str]
-    ) -> list[tuple[PlannedTensor, dict[str, int]]]:
-        """Byte checks of every structurally fit item; returns the failing ones with their counts."""
+        self, ctx: Context, compiled: _Compiled, broken: set[str], *, structure_as_issued: bool = False
+    ) -> list[tuple[PlannedTensor, dict[str, int]]] | None:
+        """Byte checks of every structurally fit item; returns the failing ones with their counts.
+
+        ``structure_as_issued``: the structure has not been checked yet; each layer's tensors are
+        checked (:func:`_as_expected`) just before its kernels are issued, so the GPU starts after one
+        layer's checks rather than all ~55k, and the rest run while it works. Returns None at the first
+        structural fault (the caller then checks the structure in full and compares again)."""
         slow: list[PlannedTensor] = []
         steps = compiled.steps
+        ends = compiled.layer_ends if structure_as_issued else None
         if broken or steps is None:
             # A group with a broken member cannot be batched (its shared amax needs every member's
             # master rows): its fit members are checked one by one on the slow path instead.
@@ -246,12 +281,19 @@ class ExportValidator:
             complete = {unit_of(self.plan, i) for i in fit} - bad_units
             steps = self._steps(fit, complete)
         results: list[tuple[list[PlannedTensor], torch.Tensor, tuple[str, ...]]] = []
-        for layer in steps:
+        checked = 0
+        for number, layer in enumerate(steps):
+            if ends is not None and ends[number] > checked:
+                if not _as_expected(ctx.exported, compiled, ctx, checked, ends[number]):
+                    return None
+                checked = ends[number]
             ctx.begin_chunk()
             for kind, payload in layer:
                 counts, columns = mismatches(ctx, kind, payload)
                 results.append((payload.items if isinstance(payload, Batch) else [payload], counts, columns))
             ctx.end_chunk()
+        if ends is not None and not _as_expected(ctx.exported, compiled, ctx, checked, len(compiled.names)):
+            return None  # a fault among the tensors no step reads (none, while the plan is whole)
         failing: list[tuple[PlannedTensor, dict[str, int]]] = []
         if results:  # one device -> host transfer for the whole export
             flat: list[int] = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu().tolist()
@@ -310,9 +352,15 @@ class ExportValidator:
             self._rows_on,
             expected_names=compiled.expected_names,
         )
-        broken = self._structure(ctx, compiled)
+        failing = None
+        if compiled.steps is not None and not hasattr(exported, "meta"):  # tensors: structure checked per layer
+            failing = self._compare(ctx, compiled, set(), structure_as_issued=True)
+        if failing is None:  # files, or a structural fault: the whole structure first, naming each fault
+            ctx.fetched = ctx.fetched_index = None
+            broken = self._structure(ctx, compiled)
+            failing = self._compare(ctx, compiled, broken)
+        assert failing is not None
         self._extras(ctx)
-        failing = self._compare(ctx, compiled, broken)
         diagnose.explain(ctx, failing, self.max_diagnosed)
         if device.type == "cuda":
             torch.cuda.synchronize(device)

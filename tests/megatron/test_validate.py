@@ -208,6 +208,22 @@ def test_structural_findings_name_the_tensor_and_what_was_expected(model):
     }
 
 
+@pytest.mark.parametrize(
+    "missing", ["model.layers.2.mlp.experts.3.down_proj.weight_scale_2", "lm_head.weight", "model.norm.weight"]
+)
+def test_a_fault_found_after_earlier_layers_ran_gives_the_full_report(model, missing):
+    # the structure is checked layer by layer as the byte checks are issued; a fault in a later
+    # layer (or in the embedding's layer, checked last) restarts with the whole structure check
+    megatron, exported, validator = _qwen3_validated(model)
+    wrong = "model.layers.0.mlp.experts.1.down_proj.weight"
+    bad = {n: t for n, t in exported.items() if n != missing}
+    bad[wrong] = bad[wrong] ^ 0x01
+    report = validator(bad, megatron)
+    assert [(f.tensor, f.check) for f in report.findings] == [(missing, "missing"), (wrong, "bytes")]
+    assert report.counts()["failed"] == 2
+    assert validator(exported, megatron).ok  # and the next sync is judged afresh
+
+
 def test_a_master_without_the_tensor_is_a_finding(model):
     hf, config = model("qwen3_moe")
     exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
