@@ -1,6 +1,10 @@
-# Issue 15, stop 27, second batch: a steady export and validate on 48 layers, wall time against the
-# GPU's busy time and cProfile (after the one-pass NVFP4 compare), then every sync row of live_sync.
-timeout 200 python3 bench/device/validate_profile.py 48 > $OUT/validate_profile.txt 2>&1
-grep -v -E "^$|^-+$|Ordered by|List reduced|^ +ncalls" $OUT/validate_profile.txt | cut -c1-170 | head -100
+# Issue 15, stop 27, second batch: steady export and validate on 48 layers, wall time against the
+# GPU's busy time and cProfile: this revision (its validator also with the two-step NVFP4 compare),
+# then stop 26's (put in _base/ first: mkdir _base && git archive 2b9250d fp4convert contracts | tar -x -C _base),
+# then every sync row of live_sync.
+timeout 150 python3 bench/device/validate_profile.py 48 > $OUT/validate_profile.txt 2>&1
+grep -v -E "^$|^-+$|Ordered by|List reduced|^ +ncalls" $OUT/validate_profile.txt | cut -c1-170 | head -75
+PYTHONPATH=$PWD/_base:/tmp/site timeout 120 python3 bench/device/validate_profile.py 48 > $OUT/validate_profile_base.txt 2>&1
+grep -E "^==" $OUT/validate_profile_base.txt; grep -A 12 "== ExportValidator" $OUT/validate_profile_base.txt | grep -v -E "^$|^-+$" | cut -c1-170 | head -12
 timeout 250 python3 bench/live_sync.py --skip-kernels --repeat 3 > $OUT/live_sync48.txt 2>&1
 sed -n '/^summary/,$p' $OUT/live_sync48.txt; grep -E "^bytes" $OUT/live_sync48.txt
