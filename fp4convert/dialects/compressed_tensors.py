@@ -23,7 +23,7 @@ import torch
 from fp4convert.contract import Contract
 from fp4convert.dialects.base import Dialect, Planned, activation_mode_note
 from fp4convert.dialects.config_view import Activations, ConfigView, Scheme, mapping, string_list
-from fp4convert.formats import profiles
+from fp4convert.formats import kernels, profiles
 from fp4convert.formats.nvfp4 import NVFP4Tensor
 from fp4convert.formats.spec import NVFP4_GLOBAL_MAX
 
@@ -83,7 +83,8 @@ class CompressedTensorsDialect(Dialect):
         return item.decision.format == "nvfp4" and not self.per_token_activations
 
     def global_scale(self, q: NVFP4Tensor) -> torch.Tensor:
-        return profiles.outer_scales(q.amax, q.profile).s_enc.float()  # type: ignore[arg-type]
+        fast = kernels.outer_encode_scales(q.amax, q.profile)  # type: ignore[arg-type]
+        return fast if fast is not None else profiles.outer_scales(q.amax, q.profile).s_enc.float()  # type: ignore[arg-type]
 
     def input_scale(self, input_amax: float | None) -> torch.Tensor:
         if input_amax is None:

@@ -112,20 +112,42 @@ def _e8m0(v):
 
 
 @triton.jit
-def _outer(amax, PROFILE: tl.constexpr, GMAX: tl.constexpr):
-    """(s_dec, mult) of an outer amax: ``profiles.outer_scales``' operations, one by one."""
+def _outer_pair(amax, PROFILE: tl.constexpr, GMAX: tl.constexpr):
+    """(s_dec, s_enc) of an outer amax: ``profiles.outer_scales``' operations, one by one."""
     g = tl.full(amax.shape, GMAX, tl.float32)
     one = tl.full(amax.shape, 1.0, tl.float32)
-    if PROFILE == 2:  # modelopt: s2 = A / 2688, mult = s2 * 6
+    if PROFILE == 2:  # modelopt: s2 = A / 2688 decodes, 1 / s2 encodes
         s2 = tl.math.div_rn(amax, g)
-        return s2, s2 * 6.0
+        return s2, tl.math.div_rn(one, s2)
     s_enc = tl.math.div_rn(g, amax)
-    s_enc = tl.where(s_enc == float("inf"), FLT_MAX, s_enc)
+    s_enc = tl.where(tl.abs(s_enc) == float("inf"), FLT_MAX, s_enc)  # torch.isinf: either sign
     s_enc = tl.where((amax == 0.0) | (s_enc == 0.0), 1.0, s_enc)
-    s_dec = tl.math.div_rn(one, s_enc)
+    return tl.math.div_rn(one, s_enc), s_enc
+
+
+@triton.jit
+def _outer(amax, PROFILE: tl.constexpr, GMAX: tl.constexpr):
+    """(s_dec, mult) of an outer amax: ``profiles.outer_scales``' operations, one by one."""
+    s_dec, s_enc = _outer_pair(amax, PROFILE, GMAX)
+    if PROFILE == 2:  # modelopt: mult = s2 * 6
+        return s_dec, s_dec * 6.0
     if PROFILE == 0:
-        return s_dec, s_enc * tl.math.div_rn(one, tl.full(amax.shape, 6.0, tl.float32))
+        return s_dec, s_enc * tl.math.div_rn(
+            tl.full(amax.shape, 1.0, tl.float32), tl.full(amax.shape, 6.0, tl.float32)
+        )
     return s_dec, s_enc
+
+
+@triton.jit
+def _outer_scales_kernel(
+    amax_ptr, s_dec_ptr, s_enc_ptr, n, PROFILE: tl.constexpr, GMAX: tl.constexpr, BLOCK: tl.constexpr
+):
+    """``(s_dec, s_enc)`` of ``n`` outer amaxes (a group's units: one launch, not a dozen torch ops)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < n
+    s_dec, s_enc = _outer_pair(tl.load(amax_ptr + i, mask=mask, other=1.0), PROFILE, GMAX)
+    tl.store(s_dec_ptr + i, s_dec, mask=mask)
+    tl.store(s_enc_ptr + i, s_enc, mask=mask)
 
 
 @triton.jit
@@ -466,6 +488,21 @@ def _amax_dense_kernel(
     tl.atomic_max(out_ptr, best.to(tl.int32, bitcast=True))
 
 
+def outer_scales(amax, code: int, gmax: float):
+    """``(s_dec, s_enc)`` float32 of the float32 ``amax`` (contiguous, any shape) under block chain ``code``."""
+    import torch
+
+    s_dec = torch.empty_like(amax)
+    s_enc = torch.empty_like(amax)
+    n = amax.numel()
+    if n:
+        block = min(1024, triton.next_power_of_2(n))
+        _outer_scales_kernel[(triton.cdiv(n, block),)](
+            amax, s_dec, s_enc, n, PROFILE=code, GMAX=gmax, BLOCK=block, enable_fp_fusion=False
+        )
+    return s_dec, s_enc
+
+
 def tensor_amax(x2d):
     """NaN-ignoring amax of a contiguous-row matrix: a float32 0-d tensor, two launches (zero, max)."""
     import torch
@@ -601,6 +638,7 @@ __all__ = [
     "mxfp8_col_dense",
     "mxfp8_dense",
     "nvfp4_dense",
+    "outer_scales",
     "spans",
     "tensor_amax",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "nvfp4_segments",
     "nvfp4_units",
     "outer_decode_scales",
+    "outer_encode_scales",
     "row_amax",
     "segment_amax",
     "set_split_threshold",
@@ -320,11 +321,33 @@ def tile_amax(x2d: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _triton_outer_scales(amax: torch.Tensor, profile: profiles.Profile) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(s_dec, s_enc)`` of float32 CUDA amaxes from the Triton kernels' own scale chain (one launch);
+    None where it does not apply."""
+    spec = profiles.profile_spec(profile)
+    if not (amax.is_cuda and amax.dtype == torch.float32 and spec.chain in PROFILE_CODES and triton_available()):
+        return None
+    from fp4convert.formats import _triton_segments
+
+    return _triton_segments.outer_scales(amax.contiguous(), PROFILE_CODES[spec.chain], spec.global_max)
+
+
+def outer_encode_scales(amax: torch.Tensor, profile: profiles.Profile) -> torch.Tensor | None:
+    """``profiles.outer_scales(amax, profile).s_enc`` in one launch for float32 CUDA amaxes (a
+    group's units at every sync: one launch instead of a dozen torch operations); None elsewhere."""
+    pair = _triton_outer_scales(amax, profile)
+    return None if pair is None else pair[1]
+
+
 def outer_decode_scales(amax: torch.Tensor, profile: profiles.Profile) -> torch.Tensor | None:
-    """``profiles.outer_scales(amax, profile).s_dec`` from the native kernel's own scale chain (the
-    one its row kernels apply), for float32 CPU amaxes under te / te-2.13 / modelopt; None where
-    it does not apply (the caller takes :func:`profiles.outer_scales`). A handful of ops fewer per
-    tensor than the torch chain, which matters with a conversion's many threads."""
+    """``profiles.outer_scales(amax, profile).s_dec`` from the kernels' own scale chain (the one
+    their row kernels apply): the native kernel's for float32 CPU amaxes under te / te-2.13 /
+    modelopt, one Triton launch for float32 CUDA amaxes; None where it does not apply (the caller
+    takes :func:`profiles.outer_scales`). Fewer operations per tensor than the torch chain, which
+    matters with a conversion's many threads and a live sync's ~100 groups."""
+    pair = _triton_outer_scales(amax, profile)
+    if pair is not None:
+        return pair[0]
     spec = profiles.profile_spec(profile)
     if amax.device.type != "cpu" or amax.dtype != torch.float32 or spec.chain not in ("te", "te-2.13", "modelopt"):
         return None

@@ -62,6 +62,24 @@ def segment_kernels() -> None:
         print("ok segments", dtype, flush=True)
 
 
+def outer_scale_kernel() -> None:
+    """The outer-scale kernel (one launch for a group's units) against profiles.outer_scales: zeros of
+    both signs, negative and subnormal amaxes (an imposed amax may be anything), inf, FLT_MAX."""
+    tiny = torch.finfo(torch.float32).tiny
+    spread = torch.ldexp(torch.rand(40, generator=torch.Generator().manual_seed(4)), torch.arange(-60, 60, 3))
+    edges = torch.tensor(
+        [0.0, -0.0, 1.0, 6.0, 448.0, 2688.0, 1e-30, tiny, tiny / 8, -tiny / 8, -1.0, 3e38, float("inf")]
+    )
+    amax = torch.cat([edges, spread])
+    for profile in (*KERNEL_PROFILES, "te-4over6-mse-256"):
+        spec = profiles.profile_spec(profile)
+        s_dec, s_enc = ts.outer_scales(amax, PROFILE_CODES[spec.chain], spec.global_max)
+        want = profiles.outer_scales(amax, profile)
+        assert_bytes_equal(s_dec, want.s_dec)
+        assert_bytes_equal(s_enc, want.s_enc)
+    print("ok outer", flush=True)
+
+
 def dense_kernels() -> None:
     dense_cases = (
         ((40, 288), torch.bfloat16),
@@ -170,6 +188,7 @@ if __name__ == "__main__":
     parts = {
         "segments": segment_kernels,
         "dense": dense_kernels,
+        "outer": outer_scale_kernel,
         "exporter": live_exporter,
         "validator": export_validator,
     }

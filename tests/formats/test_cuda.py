@@ -224,3 +224,12 @@ def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32():
         _e4m3_disagreements[(chunk // block,)](out, start, BLOCK=block, enable_fp_fusion=False)
     differing, first = out.tolist()
     assert differing == 0, f"{differing} float32 patterns differ, the first {first:#010x}"
+
+
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mse-256"])
+def test_outer_scales_in_one_launch_equal_the_torch_chain(profile):
+    tiny = torch.finfo(torch.float32).tiny
+    amax = torch.tensor([0.0, -0.0, 1.0, 448.0, 2688.0, tiny, tiny / 8, -tiny / 8, -1.0, 3e38, float("inf")])
+    want = profiles.outer_scales(amax, profile)
+    assert_bytes_equal(kernels.outer_decode_scales(amax.cuda(), profile), want.s_dec)
+    assert_bytes_equal(kernels.outer_encode_scales(amax.cuda(), profile), want.s_enc)
