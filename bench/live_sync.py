@@ -174,15 +174,15 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
             table.add(f"  sweep: MXFP8 kernel {what}", _kernel_time(mxfp8, device, repeat), n * 2, mx_moved)
     # the bf16 MXFP8 kernel (the one quantize_mxfp8 launches) with its E4M3 bytes from integer
     # operations and from the conversion instruction (the library's choice on sm_89+)
-    for hw in (False, True):
+    for hw, nb, warps in ((False, 8, 4), (True, 8, 4), (True, 16, 4), (True, 8, 8), (True, 16, 8)):
 
-        def mxfp8_words(hw: bool = hw) -> None:
-            ts._mxfp8_bf16_dense_kernel[(rows // 16, cols // 256)](
-                x, cols, rows, data8, scale8, cols, EVEN_R=True, EVEN_C=True, BR=16, NB=8, HW=hw,
-                enable_fp_fusion=False,
+        def mxfp8_words(hw: bool = hw, nb: int = nb, warps: int = warps) -> None:
+            ts._mxfp8_bf16_dense_kernel[(rows // 16, cols // (32 * nb))](
+                x, cols, rows, data8, scale8, cols, EVEN_R=True, EVEN_C=True, BR=16, NB=nb, HW=hw,
+                enable_fp_fusion=False, num_warps=warps,
             )  # fmt: skip
 
-        what = "the conversion instruction" if hw else "integer operations"
+        what = f"{'the conversion instruction' if hw else 'integer operations'}, NB={nb}, {warps} warps"
         table.add(f"  MXFP8 bf16 kernel, E4M3 from {what}", _kernel_time(mxfp8_words, device, repeat), n * 2,
                   n * 2 + n + n // 32)  # fmt: skip
     # the amax pass then the quantize kernel (what quantize_nvfp4 launches), the second run first to
