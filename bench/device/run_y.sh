@@ -2,6 +2,7 @@
 # GPU's busy time and cProfile: this revision (its validator also with the two-step NVFP4 compare),
 # then stop 26's (put in _base/ first: mkdir _base && git archive 2b9250d fp4convert contracts | tar -x -C _base),
 # then every sync row of live_sync.
+timeout 60 python3 -m pytest -m gpu tests/formats/test_cuda.py -q -n 4 -k "hardware_e4m3 or mxfp8 or one_pass or outer_scales" -p no:cacheprovider 2>&1 | tail -2
 timeout 150 python3 bench/device/validate_profile.py 48 > $OUT/validate_profile.txt 2>&1
 grep -v -E "^$|^-+$|Ordered by|List reduced|^ +ncalls" $OUT/validate_profile.txt | cut -c1-170 | head -75
 PYTHONPATH=$PWD/_base:/tmp/site timeout 120 python3 bench/device/validate_profile.py 48 > $OUT/validate_profile_base.txt 2>&1
