@@ -295,8 +295,9 @@ class ExportValidator:
         if ends is not None and not _as_expected(ctx.exported, compiled, ctx, checked, len(compiled.names)):
             return None  # a fault among the tensors no step reads (none, while the plan is whole)
         failing: list[tuple[PlannedTensor, dict[str, int]]] = []
-        if results:  # one device -> host transfer for the whole export
-            flat: list[int] = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu().tolist()
+        every = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu() if results else None  # one transfer
+        if every is not None and every.any():  # only a failing export walks its ~19k items in Python
+            flat: list[int] = every.tolist()
             offset = 0
             for batch, _, columns in results:
                 width = len(columns)
