@@ -9,3 +9,6 @@ PYTHONPATH=$PWD/_base:/tmp/site timeout 120 python3 bench/device/validate_profil
 grep -E "^==" $OUT/validate_profile_base.txt; grep -A 12 "== ExportValidator" $OUT/validate_profile_base.txt | grep -v -E "^$|^-+$" | cut -c1-170 | head -12
 timeout 250 python3 bench/live_sync.py --skip-kernels --repeat 3 > $OUT/live_sync48.txt 2>&1
 sed -n '/^summary/,$p' $OUT/live_sync48.txt; grep -E "^bytes" $OUT/live_sync48.txt
+# issue 13: one process into a fresh folder, three times (the 6.23 GB source drawn on the GPU)
+W=/tmp/fd; timeout 60 bash -c '. bench/device/source.sh'
+for i in 1 2 3; do timeout 30 python3 bench/device/conv_once.py --fresh; done
