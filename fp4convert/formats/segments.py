@@ -278,6 +278,12 @@ def _check_outputs(layout: SegmentLayout, data: torch.Tensor, scale: torch.Tenso
         raise FormatError(f"output buffers {got} do not match the group's {want} (contiguous uint8)")
 
 
+def _check_nvfp4_group(layout: SegmentLayout, tile: str, data: torch.Tensor, scale: torch.Tensor) -> None:
+    _check_outputs(layout, data, scale, 2, NVFP4_BLOCK)
+    if layout.cols % NVFP4_BLOCK or (tile == "16x16" and not layout.even_rows):
+        raise FormatError(f"a group of width {layout.cols} and rows {layout.rows[:4]}... cannot take {tile} blocks")
+
+
 def nvfp4_segments(
     sources: Sources,
     amax: torch.Tensor,
@@ -296,9 +302,7 @@ def nvfp4_segments(
         tile: ``"1x16"`` or ``"16x16"`` (every segment's rows a multiple of 16).
     """
     layout = sources.layout
-    _check_outputs(layout, data, scale, 2, NVFP4_BLOCK)
-    if layout.cols % NVFP4_BLOCK or (tile == "16x16" and not layout.even_rows):
-        raise FormatError(f"a group of width {layout.cols} and rows {layout.rows[:4]}... cannot take {tile} blocks")
+    _check_nvfp4_group(layout, tile, data, scale)
     spec = profiles.profile_spec(profile)
     # 4over6 and the mxfp4-cast's power-of-two chain have no segment kernel: one stacked matrix instead
     segment_kernel = spec.chain in _SEGMENT_CHAINS
@@ -333,12 +337,10 @@ def nvfp4_segment_mismatches(
     a 4-byte boundary): the caller quantizes with :func:`nvfp4_segments` and compares.
     """
     layout = sources.layout
-    _check_outputs(layout, data, scale, 2, NVFP4_BLOCK)
+    _check_nvfp4_group(layout, tile, data, scale)
     spec = profiles.profile_spec(profile)
     if not (_on_triton(sources.device) and spec.chain in _SEGMENT_CHAINS and data.data_ptr() % 4 == 0):
         return None
-    if layout.cols % NVFP4_BLOCK or (tile == "16x16" and not layout.even_rows):
-        raise FormatError(f"a group of width {layout.cols} and rows {layout.rows[:4]}... cannot take {tile} blocks")
     bad = torch.empty(layout.total_rows, 2, dtype=torch.int32, device=sources.device)
     _launch_nvfp4(sources, amax, spec, tile, data, scale, bad)
     return bad
