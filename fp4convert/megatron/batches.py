@@ -293,4 +293,4 @@ def mismatches(ctx: Context, kind: str, payload: PlannedTensor | Batch) -> tuple
         if kind == "nvfp4":
             return _nvfp4(ctx, payload), NVFP4_COLUMNS
         return _mxfp8(ctx, payload), MXFP8_COLUMNS
-    return ctx.bf16_mismatch(payload).reshape(1, 1).long(), ("data",)
+    return ctx.bf16_mismatch(payload), ("data",)

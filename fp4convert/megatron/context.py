@@ -168,7 +168,8 @@ class Context:
         return list(self._modules())
 
     def bf16_mismatch(self, item: PlannedTensor) -> torch.Tensor:
-        """A device bool: does the exported BF16 tensor differ from the master's bytes?"""
+        """Does the exported BF16 tensor differ from the master's bytes? An int64 ``(1, 1)`` 0/1 on the
+        device (a batch's mismatch counts, ready to concatenate)."""
         value = self.master_piece(item)
         sent = self.exported[item.info.name]
         dtype = sent_dtype(item, value.dtype)
@@ -177,12 +178,13 @@ class Context:
         expected = value.to(dtype).contiguous().reshape(-1).view(torch.uint8)
         actual = sent.to(self.device).contiguous().reshape(-1).view(torch.uint8)
         if expected.device.type == "cpu":  # no temporary the size of the tensor, and no sync to avoid
-            return torch.tensor(not torch.equal(actual, expected))
-        return (actual != expected).any()
+            return torch.tensor([[int(not torch.equal(actual, expected))]])
+        return (actual != expected).any().reshape(1, 1).long()
 
     def _no_mismatch(self) -> torch.Tensor:
+        """One shared zero for the whole run (most BF16 outputs are the master's own tensors: no launch each)."""
         if self._false is None or self._false.device != self.device:
-            self._false = torch.zeros((), dtype=torch.bool, device=self.device)
+            self._false = torch.zeros((1, 1), dtype=torch.int64, device=self.device)
         return self._false
 
     # -- references -----------------------------------------------------------------------------------
