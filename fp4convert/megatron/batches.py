@@ -65,14 +65,14 @@ class Batch:
         return [ids.setdefault(u, len(ids)) for u in self.units]
 
     def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(item_unit, unit_first, units) index tensors on ``device``: each item's unit, each
-        unit's first item, and how many units."""
+        """(item_unit, unit_first, units) index tensors on ``device``: each item's unit, the first
+        item of each item's unit, and how many units."""
         key = str(device)
         if key not in self.index:
             item_unit = self.item_units()
             count = max(item_unit) + 1
             first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
-            on_device = upload([torch.tensor(item_unit), torch.tensor([first[u] for u in range(count)])], device)
+            on_device = upload([torch.tensor(item_unit), torch.tensor([first[u] for u in item_unit])], device)
             self.index[key] = (on_device[0], on_device[1], torch.tensor(count))
         return self.index[key]
 
@@ -237,7 +237,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     sources, x = _master_rows(ctx, batch)
     act_data, act_scale, act_global = _exported(ctx, batch)
     device = ctx.device
-    item_unit, unit_first, units = batch.on(device)
+    item_unit, unit_first, units = batch.on(device)  # unit_first: per item, its unit's first item
     tile = getattr(batch.items[0].decision.recipe, "tile", "1x16")
     bad: torch.Tensor | None = None  # (items, 2): differing data / scale rows of each item
     if sources is not None:
@@ -269,7 +269,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     amaxes = NVFP4Tensor((int(units),), dtype, tile, "tensor", plan.profile, unit_amax_)
     expected_global = plan.dialect.global_scale(amaxes).float()[item_unit].view(torch.int32)
     act_global = act_global.view(torch.int32)
-    shared = act_global[unit_first[item_unit]]
+    shared = act_global[unit_first]
     return torch.cat([bad, torch.stack([act_global != expected_global, act_global != shared], dim=1).long()], dim=1)
 
 
