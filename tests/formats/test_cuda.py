@@ -216,7 +216,7 @@ def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32():
     # MXFP8 kernels on sm_89+ take their E4M3 bytes from cvt.rn.satfinite.e4m3x2.f32; the integer
     # rounding (the interpreter's and older GPUs' path, the CPU kernel's arithmetic) is the
     # specification. Every one of the 2^32 bit patterns: normals, subnormals, ties, overflow, inf, NaN.
-    if not ts.hardware_e4m3(torch.device("cuda")):
+    if not ts.has_e4m3_instruction(torch.device("cuda")):
         pytest.skip("this GPU has no E4M3 conversion instruction (compute capability < 8.9)")
     out = torch.tensor([0, 1 << 40], dtype=torch.int64, device="cuda")
     block, chunk = 4096, 1 << 30
