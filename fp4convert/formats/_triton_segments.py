@@ -82,7 +82,7 @@ def _e4m3_byte(y, HW: tl.constexpr):
     ``HW`` (sm_89 and later, never interpreted) takes them from the conversion instruction
     (``cvt.rn.satfinite.e4m3x2.f32``, one per two values) instead of ~15 integer operations per
     value: MXFP8 then stops being bound by arithmetic. tests/formats/test_cuda.py compares the two
-    on every one of the 2^32 float32 bit patterns."""
+    on every one of the 2^32 float32 bit patterns; the launchers pass ``hardware_e4m3(device)``."""
     if HW:
         return y.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
     return _e4m3_signed(y)

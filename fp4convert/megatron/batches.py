@@ -65,7 +65,7 @@ class Batch:
         return [ids.setdefault(u, len(ids)) for u in self.units]
 
     def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(item_unit, unit_first, units) index tensors on ``device``: each item's unit, the first
+        """(item_unit, item_first, units) index tensors on ``device``: each item's unit, the first
         item of each item's unit, and how many units."""
         key = str(device)
         if key not in self.index:
@@ -237,7 +237,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     sources, x = _master_rows(ctx, batch)
     act_data, act_scale, act_global = _exported(ctx, batch)
     device = ctx.device
-    item_unit, unit_first, units = batch.on(device)  # unit_first: per item, its unit's first item
+    item_unit, item_first, units = batch.on(device)
     tile = getattr(batch.items[0].decision.recipe, "tile", "1x16")
     bad: torch.Tensor | None = None  # (items, 2): differing data / scale rows of each item
     if sources is not None:
@@ -269,7 +269,7 @@ def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:
     amaxes = NVFP4Tensor((int(units),), dtype, tile, "tensor", plan.profile, unit_amax_)
     expected_global = plan.dialect.global_scale(amaxes).float()[item_unit].view(torch.int32)
     act_global = act_global.view(torch.int32)
-    shared = act_global[unit_first]
+    shared = act_global[item_first]
     return torch.cat([bad, torch.stack([act_global != expected_global, act_global != shared], dim=1).long()], dim=1)
 
 
