@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import resource
 import threading
 
+import pytest
 import torch
 
 from fp4convert.checkpoint.read_buffers import ReadBuffers
@@ -74,3 +76,38 @@ def test_reads_from_keep_below_get_memory_of_their_own():
     del large
     small = pool.take(4096)
     assert pool._owned == 4096 and small.numel() == 4096
+
+
+def test_large_reads_map_whole_huge_pages_and_sizes_that_round_alike_share_a_buffer():
+    pool = ReadBuffers(64 << 20)
+    three = pool.take(3 << 20)
+    assert three.numel() == 3 << 20 and pool._owned == 4 << 20  # mapped: two whole 2 MiB pages
+    address = three.data_ptr()
+    del three
+    again = pool.take((3 << 20) + 12345)  # rounds to the same 4 MiB: the same buffer
+    assert again.data_ptr() == address and again.numel() == (3 << 20) + 12345
+    assert address % (2 << 20) == 0  # on a huge-page boundary (the kernel aligns 2 MiB multiples)
+    small = pool.take(4096)
+    assert small.numel() == 4096 and pool._owned == (4 << 20) + 4096  # small reads are not rounded
+
+
+def _transparent_huge_pages() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        return "never"
+
+
+@pytest.mark.skipif(
+    _transparent_huge_pages() == "never", reason="the kernel has transparent huge pages off: 4 KiB faults are expected"
+)
+def test_a_fresh_large_buffer_fills_with_huge_page_faults_not_one_per_4_kib():
+    # the regression: an anonymous map was MAP_SHARED (shmem), where MADV_HUGEPAGE does nothing
+    # unless the host enables shmem huge pages, so 8 MiB cost 2048 faults
+    pool = ReadBuffers(0, keep_below=1)  # every read a fresh buffer
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    buffer = pool.take(8 << 20)
+    buffer.fill_(1)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < 256, faults
