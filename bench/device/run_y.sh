@@ -1,8 +1,14 @@
 # Issue 15, stop 27, second batch: the host time of one public quantize call (call_overhead.py),
-# every sync row of live_sync on 48 layers; issue 13: three one-process conversions.
+# every sync row of live_sync on 48 layers; issue 13 (stop 28): one-process conversions of this
+# revision (private, huge-page-aligned read buffers) against stop 27's in _prev/, interleaved.
 timeout 90 python3 bench/device/call_overhead.py --calls 2000 > $OUT/call_overhead.txt 2>&1
 sed -n '1,13p' $OUT/call_overhead.txt; grep -A 26 "^== cProfile" $OUT/call_overhead.txt | grep -E "^==|^ +[0-9]" | cut -c1-140 | head -36
 timeout 250 python3 bench/live_sync.py --skip-kernels --repeat 3 > $OUT/live_sync48.txt 2>&1
 sed -n '/^summary/,$p' $OUT/live_sync48.txt; grep -E "^bytes" $OUT/live_sync48.txt
 W=/tmp/fd; timeout 60 bash -c '. bench/device/source.sh'
-for i in 1 2 3; do timeout 30 python3 bench/device/conv_once.py --fresh; done
+cp fp4convert/formats/_native.so _prev/fp4convert/formats/_native.so
+R=$PWD; conv() { timeout 30 python3 $R/bench/device/conv_once.py --fresh "$@"; }
+for i in 1 2 3; do
+  echo "== stop 27 (_prev)"; (cd _prev && PYTHONPATH=/tmp/site:$PWD conv)
+  echo "== this revision"; conv
+done

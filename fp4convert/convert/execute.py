@@ -59,6 +59,7 @@ from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.devices import check_device
 from fp4convert.hub import resolve_source
 from fp4convert.plan import ConversionPlan, load_calibration, plan_conversion, validate_conversion
+from fp4convert.plan.collector import gc_frozen
 from fp4convert.ranks import Team, current_team
 from fp4convert.verify.checkpoint import verify_checkpoint
 
@@ -331,7 +332,8 @@ def convert_checkpoint(
     team = current_team(rank_timeout=rank_timeout)
     try:
         threads = workers if workers is not None or team.world == 1 else _default_workers(team)
-        with _threads(threads):
+        # the heap alive at the start (imports, plan) left out of the collector's passes meanwhile
+        with _threads(threads), gc_frozen():
             return _convert(
                 resolve_source(source, revision=revision),
                 Path(destination),

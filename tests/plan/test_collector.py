@@ -8,11 +8,12 @@ import pytest
 
 from fp4convert.checkpoint.source import open_checkpoint
 from fp4convert.contract import load_contract
+from fp4convert.convert.execute import convert_checkpoint
 from fp4convert.dialects import get_dialect
 from fp4convert.families import load_config
 from fp4convert.megatron.plan import export_plan
 from fp4convert.plan import plan_conversion
-from fp4convert.plan.collector import gc_paused
+from fp4convert.plan.collector import gc_frozen, gc_paused
 
 
 def test_the_collector_is_back_as_it_was_after_a_pause_nested_or_not():
@@ -69,3 +70,23 @@ def test_a_conversion_plan_is_built_with_the_collector_paused(collections, tiny_
     plan = plan_conversion(source, contract, get_dialect("modelopt"))
     assert plan.items
     assert len(collections) - before <= 1
+
+
+def test_gc_frozen_leaves_the_live_heap_out_and_thaws_it_after():
+    gc.unfreeze()
+    with gc_frozen():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_conversion_runs_with_the_heap_it_started_with_frozen(tiny_checkpoint, tmp_path):
+    frozen = []
+    gc.unfreeze()
+    convert_checkpoint(
+        tiny_checkpoint("qwen3_moe"),
+        tmp_path / "out",
+        contract="contracts/nvfp4-experts-per-token.yaml",
+        progress=lambda event, payload: frozen.append(gc.get_freeze_count()),
+    )
+    assert frozen and min(frozen) > 0  # a full collection never walks the imports and the plan
+    assert gc.get_freeze_count() == 0  # and they are back in the collector's care after
