@@ -89,6 +89,21 @@ def _e4m3_byte(y, HW: tl.constexpr):
 
 
 @triton.jit
+def _e4m3_pair(lo, hi, HW: tl.constexpr):
+    """Two float32 -> their E4M3 bytes (``_e4m3_byte``'s) in one uint16, ``lo``'s in the low byte.
+    ``HW`` issues the conversion instruction itself, which packs exactly this pair: written through
+    ``_e4m3_byte`` (convert, widen, shift, or), Triton 3.x's vectorized widening on an H100 left the
+    low byte of every pair wrong (a constant such as 0xfd, bench/results/e4m3-pair-h100.txt) although
+    each conversion alone was right; tests/formats/test_cuda.py checks this pair on all 2^32 patterns."""
+    if HW:
+        # cvt.rn.satfinite.e4m3x2.f32 d, a, b: a -> the high byte of d, b -> the low byte
+        return tl.inline_asm_elementwise(
+            "cvt.rn.satfinite.e4m3x2.f32 $0, $2, $1;", "=h,f,f", [lo, hi], dtype=tl.uint16, is_pure=True, pack=1
+        )
+    return (_e4m3_signed(lo) | (_e4m3_signed(hi) << 8)).to(tl.uint16)
+
+
+@triton.jit
 def _e4m3_value(code):
     """E4M3 code (int32, 0..0x7E) -> float32."""
     e = code >> 3
@@ -401,7 +416,7 @@ def _mxfp8_bf16_dense_kernel(
     v = tl.maximum(_absmax(lo), _absmax(hi)) * 0.002232142956927418  # rn32(1/448), as in TE
     sc, inv = _e8m0(v)
     inv = inv[:, :, None]
-    pair = (_e4m3_byte(lo * inv, HW) | (_e4m3_byte(hi * inv, HW) << 8)).to(tl.uint16)
+    pair = _e4m3_pair(lo * inv, hi * inv, HW)
     dp = data_ptr.to(tl.pointer_type(tl.uint16)) + r.to(tl.int64)[:, None, None] * (cols // 2)
     sp = scale_ptr + r.to(tl.int64)[:, None] * nblocks + blk[None, :]
     if EVEN_R and EVEN_C:

@@ -75,14 +75,25 @@ def test_4over6_cuda_eager_reference_equals_cpu_reference(profile):
     assert_bytes_equal(gpu.scale, cpu.scale)
 
 
+@pytest.fixture(params=[False, True], ids=["integer-e4m3", "instruction-e4m3"])
+def e4m3_instruction(request, monkeypatch):
+    """Both ways the MXFP8 kernels may take their E4M3 bytes, whatever the library's default (on a GPU
+    without the instruction both are the integer rounding)."""
+    monkeypatch.setattr(ts, "_E4M3_INSTRUCTION", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("axis", ["row", "col"])
-def test_mxfp8_cuda_equals_cpu(dtype, axis):
-    x = adversarial((2048, 4096), dtype, seed=13)
-    cpu = quantize_mxfp8(x, axis=axis)
-    gpu = quantize_mxfp8(x.cuda(), axis=axis)
-    assert_bytes_equal(gpu.data, cpu.data)
-    assert_bytes_equal(gpu.scale, cpu.scale)
+def test_mxfp8_cuda_equals_cpu(dtype, axis, e4m3_instruction):
+    # 2048x4096 fills every launch; the small shape leaves rows (row blocks) and columns over: the
+    # masked loads and stores
+    for shape, seed in (((2048, 4096), 13), ((50 if axis == "row" else 96, 352), 15)):
+        x = adversarial(shape, dtype, seed=seed)
+        cpu = quantize_mxfp8(x, axis=axis)
+        gpu = quantize_mxfp8(x.cuda(), axis=axis)
+        assert_bytes_equal(gpu.data, cpu.data)
+        assert_bytes_equal(gpu.scale, cpu.scale)
 
 
 def test_cuda_eager_reference_equals_cpu_reference():
@@ -130,7 +141,7 @@ def test_one_pass_nvfp4_compare_on_cuda_flags_exactly_the_differing_rows(dtype, 
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype):
+def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype, e4m3_instruction):
     check_mxfp8(group(dtype, "cuda")[0])
 
 
@@ -202,26 +213,34 @@ def test_public_quantize_calls_never_wait_for_the_device():
 
 
 @triton.jit
-def _e4m3_disagreements(out_ptr, start, BLOCK: tl.constexpr):
-    """Over ``BLOCK`` float32 bit patterns from ``start``: how many take another byte from the
-    conversion instruction than from the integer rounding (``out[0]``), and the smallest (``out[1]``)."""
+def _e4m3_disagreements(out_ptr, start, BLOCK: tl.constexpr, PAIR: tl.constexpr):
+    """Over ``BLOCK`` float32 bit patterns from ``start``: how many take other bytes from the
+    conversion instruction than from the integer rounding (``out[0]``), and the smallest (``out[1]``).
+    ``PAIR`` converts each pattern as the low half of a packed pair whose high half is another
+    pattern (times an odd constant: every pattern is a high half exactly once too)."""
     bits = (start + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)).to(tl.uint32)
     y = bits.to(tl.float32, bitcast=True)
-    differ = ts._e4m3_byte(y, True) != ts._e4m3_byte(y, False)
+    if PAIR:
+        other = (bits * 0x9E3779B1).to(tl.float32, bitcast=True)
+        differ = ts._e4m3_pair(y, other, True) != ts._e4m3_pair(y, other, False)
+    else:
+        differ = ts._e4m3_byte(y, True) != ts._e4m3_byte(y, False)
     tl.atomic_add(out_ptr, tl.sum(differ.to(tl.int64)))
     tl.atomic_min(out_ptr + 1, tl.min(tl.where(differ, bits.to(tl.int64), 1 << 40)))
 
 
-def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32():
+@pytest.mark.parametrize("pair", [False, True], ids=["byte", "pair"])
+def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32(pair):
     # MXFP8 kernels on sm_89+ take their E4M3 bytes from cvt.rn.satfinite.e4m3x2.f32; the integer
     # rounding (the interpreter's and older GPUs' path, the CPU kernel's arithmetic) is the
-    # specification. Every one of the 2^32 bit patterns: normals, subnormals, ties, overflow, inf, NaN.
+    # specification. Every one of the 2^32 bit patterns: normals, subnormals, ties, overflow, inf, NaN,
+    # alone and as either half of a packed pair (the bf16 kernel's two bytes per 16-bit store).
     if not ts.has_e4m3_instruction(torch.device("cuda")):
         pytest.skip("this GPU has no E4M3 conversion instruction (compute capability < 8.9)")
     out = torch.tensor([0, 1 << 40], dtype=torch.int64, device="cuda")
     block, chunk = 4096, 1 << 30
     for start in range(0, 1 << 32, chunk):
-        _e4m3_disagreements[(chunk // block,)](out, start, BLOCK=block, enable_fp_fusion=False)
+        _e4m3_disagreements[(chunk // block,)](out, start, BLOCK=block, PAIR=pair, enable_fp_fusion=False)
     differing, first = out.tolist()
     assert differing == 0, f"{differing} float32 patterns differ, the first {first:#010x}"
 
