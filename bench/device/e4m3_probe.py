@@ -10,8 +10,8 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, ".")
-from fp4convert.formats import _triton_segments as ts  # noqa: E402
-from tests._helpers import adversarial  # noqa: E402
+from fp4convert.formats import _triton_segments as ts
+from tests._helpers import adversarial
 
 
 def launch(x, hw, nb=8):
@@ -19,8 +19,18 @@ def launch(x, hw, nb=8):
     data = torch.empty(rows, cols, dtype=torch.uint8, device=x.device)
     scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device=x.device)
     ts._mxfp8_bf16_dense_kernel[(triton.cdiv(rows, ts.BLOCK_ROWS), triton.cdiv(cols // 32, nb))](
-        x, x.stride(0), rows, data, scale, cols, EVEN_R=rows % ts.BLOCK_ROWS == 0, EVEN_C=cols % (32 * nb) == 0,
-        BR=ts.BLOCK_ROWS, NB=nb, HW=hw, enable_fp_fusion=False,
+        x,
+        x.stride(0),
+        rows,
+        data,
+        scale,
+        cols,
+        EVEN_R=rows % ts.BLOCK_ROWS == 0,
+        EVEN_C=cols % (32 * nb) == 0,
+        BR=ts.BLOCK_ROWS,
+        NB=nb,
+        HW=hw,
+        enable_fp_fusion=False,
     )
     return data, scale
 
@@ -49,13 +59,22 @@ for name, x in (
     a = torch.empty(y.numel(), dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     _elementwise[(triton.cdiv(y.numel(), 1024),)](y, a, b, y.numel(), BLOCK=1024, enable_fp_fusion=False)
-    print(f"   elementwise over the scaled values: instruction != integer at {(a != b).sum().item()}; "
-          f"integer == kernel(integer) {torch.equal(b, d0.reshape(-1))}, instruction == kernel(HW) {torch.equal(a, d1.reshape(-1))}")
+    same_int, same_hw = torch.equal(b, d0.reshape(-1)), torch.equal(a, d1.reshape(-1))
+    print(
+        f"   elementwise over the scaled values: instruction != integer at {(a != b).sum().item()}; "
+        f"integer == kernel(integer) {same_int}, instruction == kernel(HW) {same_hw}"
+    )
     for r, c in differ[:12].tolist():
         v = x[r, c].float().item()
-        print(f"   [{r},{c}] x={v!r} bits={x[r, c].view(torch.int16).item() & 0xFFFF:#06x} scaled={y[r * x.shape[1] + c].item()!r} "
-              f"int={d0[r, c].item():#04x} hw={d1[r, c].item():#04x} neighbour hw={d1[r, c ^ 1].item():#04x} int={d0[r, c ^ 1].item():#04x}")
+        bits, scaled = x[r, c].view(torch.int16).item() & 0xFFFF, y[r * x.shape[1] + c].item()
+        print(
+            f"   [{r},{c}] x={v!r} bits={bits:#06x} scaled={scaled!r} int={d0[r, c].item():#04x} "
+            f"hw={d1[r, c].item():#04x} neighbour hw={d1[r, c ^ 1].item():#04x} int={d0[r, c ^ 1].item():#04x}"
+        )
     if differ.shape[0]:
         cols = differ[:, 1]
-        print(f"   differing columns: even {(cols % 2 == 0).sum().item()}, odd {(cols % 2 == 1).sum().item()}; "
-              f"hw byte == int byte of the neighbour: {(d1[differ[:, 0], differ[:, 1]] == d0[differ[:, 0], differ[:, 1] ^ 1]).float().mean().item():.3f}")
+        swapped = (d1[differ[:, 0], cols] == d0[differ[:, 0], cols ^ 1]).float().mean().item()
+        print(
+            f"   differing columns: even {(cols % 2 == 0).sum().item()}, odd {(cols % 2 == 1).sum().item()}; "
+            f"hw byte == int byte of the neighbour: {swapped:.3f}"
+        )
