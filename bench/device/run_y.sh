@@ -5,10 +5,4 @@ timeout 90 python3 bench/device/call_overhead.py --calls 2000 > $OUT/call_overhe
 sed -n '1,13p' $OUT/call_overhead.txt; grep -A 26 "^== cProfile" $OUT/call_overhead.txt | grep -E "^==|^ +[0-9]" | cut -c1-140 | head -36
 timeout 250 python3 bench/live_sync.py --skip-kernels --repeat 3 > $OUT/live_sync48.txt 2>&1
 sed -n '/^summary/,$p' $OUT/live_sync48.txt; grep -E "^bytes" $OUT/live_sync48.txt
-W=/tmp/fd; timeout 60 bash -c '. bench/device/source.sh'
-cp fp4convert/formats/_native.so _prev/fp4convert/formats/_native.so
-R=$PWD; conv() { timeout 30 python3 $R/bench/device/conv_once.py --fresh "$@"; }
-for i in 1 2 3; do
-  echo "== stop 27 (_prev)"; (cd _prev && PYTHONPATH=/tmp/site:$PWD conv)
-  echo "== this revision"; conv
-done
+bash bench/device/conv_ab.sh

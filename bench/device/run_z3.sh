@@ -5,10 +5,4 @@ timeout 130 python3 bench/live_sync.py --layers 4 --repeat 3 > $OUT/live_sync.tx
 sed -n '/^summary/,$p' $OUT/live_sync.txt | grep -E "NVFP4|MXFP8|copy" | grep -v sweep; grep -E "^bytes" $OUT/live_sync.txt
 timeout 230 python3 bench/live_sync.py --skip-kernels --repeat 3 > $OUT/live_sync48.txt 2>&1
 sed -n '/^summary/,$p' $OUT/live_sync48.txt; grep -E "^bytes" $OUT/live_sync48.txt; tail -3 $OUT/live_sync48.txt
-W=/tmp/fd; timeout 60 bash -c '. bench/device/source.sh'
-cp fp4convert/formats/_native.so _prev/fp4convert/formats/_native.so
-R=$PWD; conv() { timeout 30 python3 $R/bench/device/conv_once.py --fresh "$@"; }
-for i in 1 2 3; do
-  echo "== stop 27 (_prev)"; (cd _prev && PYTHONPATH=/tmp/site:$PWD conv)
-  echo "== this revision"; conv
-done
+bash bench/device/conv_ab.sh
