@@ -183,6 +183,19 @@ class ExportValidator:
             fmt = item.decision.format if item.quantized else "bf16"
             self._formats[fmt] = self._formats.get(fmt, 0) + 1
 
+    def prepare(self, master: Mapping[str, torch.Tensor]) -> ExportValidator:
+        """Build now what the master's layout fixes (its names, dtypes and shapes; not its values), so
+        the first sync costs about what later ones do: the check list of every expected tensor, where
+        each comes from in the master, and the byte check's steps. A later call with a master of
+        another layout builds them again. Holds no reference to the master's tensors.
+
+        Returns:
+            This validator, for ``ExportValidator(...).prepare(master)``.
+        """
+        with torch.no_grad(), gc_paused():
+            self._compile(master)
+        return self
+
     # -- what a master layout fixes ------------------------------------------------------------------
 
     def _compile(self, master: Mapping[str, torch.Tensor]) -> _Compiled:

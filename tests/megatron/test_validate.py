@@ -16,6 +16,7 @@ from fp4convert.contract import load_contract
 from fp4convert.errors import VerificationError
 from fp4convert.families import hf_to_megatron
 from fp4convert.megatron import ExportValidator, validate_export_files
+from fp4convert.megatron import validate as validate_module
 
 DEEPSEEK_NVFP4 = Path(__file__).parent / "data" / "deepseek-nvfp4-mla-bf16.yaml"
 
@@ -154,6 +155,24 @@ def test_a_validator_moved_between_master_layouts_still_compares_the_right_tenso
     bad[name][0, 0] ^= 0x11
     assert {f.tensor for f in validator(bad, megatron).findings} == {name}
     assert validator(exported, megatron).ok
+
+
+def test_a_prepared_validator_builds_nothing_at_its_first_sync(model, monkeypatch):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    built: list[int] = []
+    original = validate_module._Compiled.__post_init__
+    monkeypatch.setattr(validate_module._Compiled, "__post_init__", lambda self: built.append(1) or original(self))
+    assert ExportValidator(contract=NVFP4_EXPERTS, config=config)(exported, megatron).ok
+    assert len(built) == 1  # unprepared: the first sync builds the master's check list
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config).prepare(megatron)
+    assert len(built) == 2
+    assert validator(exported, megatron).ok
+    assert len(built) == 2  # prepared: nothing left to build
+    gone = sorted(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)[-1]
+    assert not validator(exported, {n: t for n, t in megatron.items() if n != gone}).ok
+    assert len(built) == 3  # another layout is built afresh
 
 
 def test_a_bf16_tensor_is_accepted_as_the_masters_own_memory_and_no_other(model):
