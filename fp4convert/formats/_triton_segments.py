@@ -92,9 +92,9 @@ def _e4m3_byte(y, HW: tl.constexpr):
 def _e4m3_pair(lo, hi, HW: tl.constexpr):
     """Two float32 -> their E4M3 bytes (``_e4m3_byte``'s) in one uint16, ``lo``'s in the low byte.
     ``HW`` issues the conversion instruction itself, which packs exactly this pair: written through
-    ``_e4m3_byte`` (convert, widen, shift, or), Triton 3.x's vectorized widening on an H100 left the
-    low byte of every pair wrong (a constant such as 0xfd, bench/results/e4m3-pair-h100.txt) although
-    each conversion alone was right; tests/formats/test_cuda.py checks this pair on all 2^32 patterns."""
+    ``_e4m3_byte`` (convert, widen, shift, or), Triton's lowering on an H100 stored wrong bytes in every
+    fourth column (byte 2 of each 32-bit word, bench/results/e4m3-pair-h100.txt) although each
+    conversion alone was right; tests/formats/test_cuda.py checks this pair on all 2^32 patterns."""
     if HW:
         # cvt.rn.satfinite.e4m3x2.f32 d, a, b: a -> the high byte of d, b -> the low byte
         return tl.inline_asm_elementwise(
