@@ -80,6 +80,17 @@ def outer_scale_kernel() -> None:
     print("ok outer", flush=True)
 
 
+def e2m1_rounding() -> None:
+    """The kernels' one-add E2M1 rounding against the threshold comparisons (all 2^32 patterns on the GPU)."""
+    from formats._e2m1_check import disagreements, risky_patterns
+
+    table = risky_patterns()
+    for signed_zero in (True, False):
+        differing, first = disagreements(signed_zero, table=table, device="cpu")
+        assert differing == 0, f"signed_zero={signed_zero}: {differing} of {table.numel()} differ, first {first:#010x}"
+    print("ok e2m1", table.numel(), flush=True)
+
+
 def dense_kernels() -> None:
     dense_cases = (
         ((40, 288), torch.bfloat16),
@@ -188,6 +199,7 @@ if __name__ == "__main__":
     parts = {
         "segments": segment_kernels,
         "dense": dense_kernels,
+        "e2m1": e2m1_rounding,
         "outer": outer_scale_kernel,
         "exporter": live_exporter,
         "validator": export_validator,

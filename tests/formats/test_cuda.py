@@ -13,6 +13,7 @@ from _helpers import check_mxfp8_segments as check_mxfp8
 from _helpers import check_nvfp4_segment_mismatches as check_nvfp4_mismatches
 from _helpers import check_nvfp4_segments as check_nvfp4
 from _helpers import segment_group as group
+from formats._e2m1_check import disagreements as e2m1_disagreements
 
 from fp4convert.formats import _triton_segments as ts
 from fp4convert.formats import kernels, profiles
@@ -242,6 +243,14 @@ def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32(pair):
     for start in range(0, 1 << 32, chunk):
         _e4m3_disagreements[(chunk // block,)](out, start, BLOCK=block, PAIR=pair, enable_fp_fusion=False)
     differing, first = out.tolist()
+    assert differing == 0, f"{differing} float32 patterns differ, the first {first:#010x}"
+
+
+@pytest.mark.parametrize("signed_zero", [True, False], ids=["signed-zero", "plain-sign"])
+def test_one_add_e2m1_rounding_equals_the_thresholds_on_every_float32(signed_zero):
+    # The NVFP4 kernels round to E2M1 with one float add on the bits; the threshold comparisons of
+    # _triton._e2m1_code are the specification: normals, subnormals, ties, saturation, inf, NaN.
+    differing, first = e2m1_disagreements(signed_zero)
     assert differing == 0, f"{differing} float32 patterns differ, the first {first:#010x}"
 
 

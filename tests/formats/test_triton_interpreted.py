@@ -18,7 +18,7 @@ SCRIPT = Path(__file__).with_name("_triton_interpreted.py")
 TESTS = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("part", ["segments", "dense", "outer", "exporter", "validator"])
+@pytest.mark.parametrize("part", ["segments", "dense", "e2m1", "outer", "exporter", "validator"])
 def test_cuda_kernels_interpreted_equal_the_cpu_reference(part):
     env = {
         **os.environ,
