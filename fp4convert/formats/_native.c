@@ -162,15 +162,20 @@ static inline uint32_t e4m3_code(float y) {
 /* The same code as a byte. */
 static inline uint8_t e4m3_any(float y) { return (uint8_t)e4m3_code(y); }
 
-/* Branch-free E2M1 code of a float32 (RNE, saturating, NaN -> 0x7), in a 32-bit lane. */
+/*
+ * Branch-free E2M1 code of a float32 (RNE, saturating, NaN -> 0x7), in a 32-bit lane: the GPU
+ * kernels' one-add rounding (_triton_segments._e2m1 says how), fewer vector operations than the
+ * seven threshold comparisons it equals (tests/formats/test_native_units.py: every bf16 value and
+ * the float32 patterns around each threshold).
+ */
 static inline uint32_t e2m1_code(float y, int signed_zero) {
     uint32_t u = f2u(y);
-    float a = u2f(u & 0x7FFFFFFFu);
-    uint32_t m = (uint32_t)(a > 0.25f) + (uint32_t)(a >= 0.75f) + (uint32_t)(a > 1.25f) + (uint32_t)(a >= 1.75f) +
-                 (uint32_t)(a > 2.5f) + (uint32_t)(a >= 3.5f) + (uint32_t)(a > 5.0f);
+    uint32_t a = u & 0x7FFFFFFFu;
+    uint32_t c = a < 0x40C00000u ? a : 0x40C00000u; /* |y| at most 6.0; inf and NaN too */
+    uint32_t e = (c > 0x3F800000u ? c : 0x3F800000u) & 0x7F800000u;
+    uint32_t m = f2u(u2f(c) + u2f(e + (e >> 22) + (0x0B000000u - 254u))) - e - 0x0B000000u;
     uint32_t neg = signed_zero ? (u >> 31) : (uint32_t)(y < 0.0f);
-    uint32_t code = m | (neg << 3);
-    return (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7u : code;
+    return a > 0x7F800000u ? 0x7u : m | (neg << 3);
 }
 
 /* The same code as a byte. */

@@ -1,7 +1,7 @@
 """The segment kernels' E2M1 rounding (``_triton_segments._e2m1``, one float add on the bits) against
 the specification's threshold comparisons (``_triton._e2m1_code``), pattern for pattern: compiled for
 the GPU over all 2^32 float32 patterns (tests/formats/test_cuda.py), interpreted on the CPU over the
-patterns where a rounding can go wrong (tests/formats/_triton_interpreted.py)."""
+patterns where a rounding can go wrong (``_helpers.e2m1_risky_patterns``; tests/formats/_triton_interpreted.py)."""
 
 from __future__ import annotations
 
@@ -46,20 +46,3 @@ def disagreements(signed_zero: bool, *, table: torch.Tensor | None = None, devic
             )
     differing, first = out.tolist()
     return differing, first
-
-
-def risky_patterns() -> torch.Tensor:
-    """Float32 patterns (int64) where the rounding can go wrong, both signs: every bfloat16 value
-    widened; 4096 patterns either side of each decision threshold, code point and binade edge; zeros,
-    subnormals, infinities and NaNs with payloads; 2^16 random patterns."""
-    bf16 = torch.arange(1 << 16, dtype=torch.int64) << 16
-    points = torch.tensor([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0])
-    centres = points.view(torch.int32).to(torch.int64)
-    near = (centres[:, None] + torch.arange(-4096, 4097)).reshape(-1)
-    special = torch.tensor(
-        [0, 1, 2, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF],
-        dtype=torch.int64,
-    )
-    rand = torch.randint(0, 1 << 32, (1 << 16,), generator=torch.Generator().manual_seed(5), dtype=torch.int64)
-    magnitudes = torch.cat([bf16 & 0x7FFFFFFF, near, special, rand & 0x7FFFFFFF])
-    return torch.cat([magnitudes, magnitudes | (1 << 31)]).unique()

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _helpers import adversarial, assert_bytes_equal
+from _helpers import adversarial, assert_bytes_equal, e2m1_risky_patterns
 
 from fp4convert.checkpoint.reader import nonfinite_counts
 from fp4convert.formats import kernels, profiles
-from fp4convert.formats.codecs import nan_ignoring_abs
+from fp4convert.formats.codecs import e2m1_encode, nan_ignoring_abs
 from fp4convert.formats.nvfp4 import nvfp4_matrix_reference
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -197,3 +197,18 @@ def test_unit_kernel_block_scales_across_the_whole_e4m3_range(dtype, profile):
     assert_bytes_equal(scale, want_scale)
     if dtype == torch.float32 and profiles.profile_spec(profile).chain in ("te", "te-2.13"):  # modelopt: >= 2^-9
         assert set(range(8)) <= set(scale.unique().tolist())  # zero and every subnormal scale occurred
+
+
+@pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt"])
+def test_native_e2m1_rounding_equals_the_codec_on_risky_patterns(profile):
+    # The kernel rounds to E2M1 with one float add on the bits (the GPU kernels' way). An outer amax of
+    # 2688 and block amaxes of 6 give every block the factor 1 (scale byte 0x38), so the codes are the
+    # rounding of the values themselves: every bf16 value, the patterns around each threshold, NaNs.
+    bits = e2m1_risky_patterns()
+    bits = torch.cat([bits, bits.new_zeros(-bits.numel() % 1024)])
+    y = torch.where(bits >= 1 << 31, bits - (1 << 32), bits).to(torch.int32).view(torch.float32).reshape(-1, 1024)
+    block_amax = torch.full((y.shape[0], 1024 // 16), 6.0)
+    data, scale = kernels.nvfp4_units(y, torch.tensor([2688.0]), y.shape[0], profile, block_amax)
+    assert bool((scale == 0x38).all())
+    codes = e2m1_encode(y, signed_zero=profiles.profile_spec(profile).chain != "modelopt").to(torch.uint8)
+    assert_bytes_equal(data, codes[:, 0::2] | (codes[:, 1::2] << 4))

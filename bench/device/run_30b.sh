@@ -1,0 +1,8 @@
+# Stop 30, second batch (issue 15): live_sync's kernel rows on 4 layers, then every sync row (the
+# prepared validator's first call among them) on 48 layers where they fit (an H200), else 36.
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+timeout 130 python3 bench/live_sync.py --layers 4 --repeat 3 > $OUT/live_sync.txt 2>&1
+sed -n '/^summary/,$p' $OUT/live_sync.txt | grep -E "NVFP4|MXFP8|copy" | grep -v sweep; grep -E "^bytes" $OUT/live_sync.txt
+L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
+timeout 280 python3 bench/live_sync.py --skip-kernels --layers $L --repeat 3 > $OUT/live_sync$L.txt 2>&1
+sed -n '/^summary/,$p' $OUT/live_sync$L.txt; grep -E "^bytes|device memory|!!" $OUT/live_sync$L.txt | cut -c1-200
