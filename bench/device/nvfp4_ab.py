@@ -7,14 +7,13 @@ replays (kernel_lab.graph_time), bytes against the CPU kernel, % of the copy roo
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_lab import graph_time, nan_free_amax, wall_time
+from kernel_lab import graph_time, lab_weight, nan_free_amax, wall_time
 
 from fp4convert import quantize_nvfp4
 from fp4convert.formats import _triton_segments as ts
@@ -22,13 +21,8 @@ from fp4convert.formats import kernels
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=4096)
-    ap.add_argument("--cols", type=int, default=14336)
-    args = ap.parse_args()
-    rows, cols = args.rows, args.cols
-    x = (torch.randn(rows, cols, device="cuda", generator=torch.Generator("cuda").manual_seed(0)) * 0.02).bfloat16()
-    x[0, :7] = torch.tensor([float("nan"), 0.07, -0.0, 1e-30, -0.3, 0.1, 0.0])
+    x = lab_weight()
+    rows, cols = x.shape
     gb = x.numel() * 2 / 1e9
     out_gb = (x.numel() // 2 + x.numel() // 16) / 1e9
     y = torch.empty_like(x)
