@@ -1,0 +1,119 @@
+"""Static SASS instruction counts of the NVFP4 kernels for sm_90, compiled without a GPU, against another
+revision's kernels compiled the same way.
+
+Triton compiles for a named target with its own ptxas, and its nvdisasm lists the machine code, so
+this runs on any machine with the dev extra. The counts are static (each instruction of the kernel
+once, loops not multiplied out), a check of what a kernel change does to the code; speed is measured
+on the device (bench/device/nvfp4_ab.py, bench/live_sync.py).
+
+    python bench/kernel_sass.py [--against REV] [--top 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POINTERS = {"*bf16", "*fp32", "*u8", "*i32", "*i64"}
+
+
+def _kernels() -> dict[str, tuple[object, dict[str, str], dict[str, object]]]:
+    """name -> (jit function, argument types, constexprs) of the kernels counted."""
+    import triton.language as tl
+
+    from fp4convert.formats import _triton_segments as ts
+
+    dense = {"x_ptr": "*bf16", "ld": "i32", "rows": "i32", "amax_ptr": "*fp32", "data_ptr": "*u8",
+             "scale_ptr": "*u8", "cols": "i32", "unit_rows": "i32"}  # fmt: skip
+    dense_k = {"GMAX": 2688.0, "TILE16": False, "EVEN_R": True, "EVEN_C": True, "BR": 16, "BC": 256, "CH": 2,
+               "REVERSE": True}  # fmt: skip
+    seg = {"tab_ptr": "*i32", "src_ptr": "*i64", "ld_ptr": "*i64", "rows_ptr": "*i32", "out_ptr": "*i32",
+           "unit_ptr": "*i32", "amax_ptr": "*fp32", "data_ptr": "*u8", "scale_ptr": "*u8", "cols": "i32",
+           "bad_ptr": "*i32"}  # fmt: skip
+    seg_k = {"DT": tl.bfloat16, "PROFILE": 0, "GMAX": 2688.0, "TILE16": False, "EVEN_R": True, "EVEN_C": True,
+             "BR": 16, "BC": 256, "CH": 0}  # fmt: skip
+    return {
+        "nvfp4 dense, te": (ts._nvfp4_dense_kernel, dense, {"PROFILE": 0, **dense_k}),
+        "nvfp4 dense, modelopt": (ts._nvfp4_dense_kernel, dense, {"PROFILE": 2, **dense_k}),
+        "nvfp4 segments, write": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": False}),
+        "nvfp4 segments, compare": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": True}),
+    }
+
+
+def _count(fn: object, args: dict[str, str], constexprs: dict[str, object]) -> collections.Counter[str]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    names = [*args, *constexprs]
+    source = triton.compiler.ASTSource(
+        fn=fn,
+        signature={**args, **dict.fromkeys(constexprs, "constexpr")},
+        constexprs={(names.index(k),): v for k, v in constexprs.items()},
+    )
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        listing = subprocess.run([str(nvdisasm), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
+    ops: collections.Counter[str] = collections.Counter()
+    for line in listing.splitlines():
+        found = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if found:
+            ops[found.group(1)] += 1
+    return ops
+
+
+def counts() -> dict[str, dict[str, int]]:
+    return {name: dict(_count(*spec)) for name, spec in _kernels().items()}
+
+
+def _other_revision(rev: str) -> dict[str, dict[str, int]]:
+    """The same counts for ``rev``'s package, in a subprocess importing it from a git archive."""
+    archive = subprocess.run(["git", "archive", rev, "fp4convert"], cwd=ROOT, capture_output=True, check=True).stdout
+    with tempfile.TemporaryDirectory() as tree:
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(tree, filter="data")
+        env = {**os.environ, "PYTHONPATH": tree}
+        done = subprocess.run(
+            [sys.executable, __file__, "--print-json"], env=env, capture_output=True, text=True, check=True
+        )
+    return json.loads(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", default=None, help="another revision (git), compiled the same way")
+    parser.add_argument("--top", type=int, default=12, help="operations listed per kernel")
+    parser.add_argument("--print-json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    here = counts()
+    if args.print_json:
+        print(json.dumps(here))
+        return
+    there = _other_revision(args.against) if args.against else {}
+    print(f"static SASS instructions, sm_90 (Triton's ptxas), this tree{f' against {args.against}' if there else ''}")
+    for name, ops in here.items():
+        total = sum(ops.values())
+        line = f"{name:26} {total:6d}"
+        if there:
+            before = sum(there[name].values())
+            line += f"  {args.against}: {before:6d}  ({total / before:.3f}x)"
+        print(line)
+        changed = sorted(set(ops) | set(there.get(name, {})), key=lambda o: -ops.get(o, 0))[: args.top]
+        cells = [f"{o} {ops.get(o, 0)}" + (f" ({there[name].get(o, 0)})" if there else "") for o in changed]
+        print("    " + ", ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
