@@ -8,8 +8,8 @@ one outer amax covers (a shared-scale group of segments). A launch takes a table
 ``(segment, first row)`` blocks, so tensors of different sizes and addresses share one grid, and
 a single dense tensor is the one-segment case. The arithmetic is ``_triton.py``'s, byte for byte,
 written with fewer instructions per element: NaN-ignoring maxima are ``max`` (which skips NaN),
-the E2M1 and E4M3 roundings work on the float's bits (round-to-nearest-even of the mantissa by an
-integer add), outer scales are computed in the kernel from the unit's amax with ``div_rn`` (the
+the E4M3 rounding works on the float's bits (round-to-nearest-even of the mantissa by an integer
+add), the E2M1 rounding by one float add (``_e2m1``), outer scales are computed in the kernel from the unit's amax with ``div_rn`` (the
 same IEEE operations as :func:`fp4convert.formats.profiles.outer_scales`), and 16x16 tile amaxes
 come from the rows each program holds. Launches use ``enable_fp_fusion=False``.
 """
