@@ -9,9 +9,10 @@ one outer amax covers (a shared-scale group of segments). A launch takes a table
 a single dense tensor is the one-segment case. The arithmetic is ``_triton.py``'s, byte for byte,
 written with fewer instructions per element: NaN-ignoring maxima are ``max`` (which skips NaN),
 the E4M3 rounding works on the float's bits (round-to-nearest-even of the mantissa by an integer
-add), the E2M1 rounding by one float add (``_e2m1``), outer scales are computed in the kernel from the unit's amax with ``div_rn`` (the
-same IEEE operations as :func:`fp4convert.formats.profiles.outer_scales`), and 16x16 tile amaxes
-come from the rows each program holds. Launches use ``enable_fp_fusion=False``.
+add), the E2M1 rounding by one float add (``_e2m1``), outer scales are computed in the kernel from
+the unit's amax with ``div_rn`` (the same IEEE operations as
+:func:`fp4convert.formats.profiles.outer_scales`), and 16x16 tile amaxes come from the rows each
+program holds. Launches use ``enable_fp_fusion=False``.
 """
 
 from __future__ import annotations
