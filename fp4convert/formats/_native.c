@@ -166,7 +166,7 @@ static inline uint8_t e4m3_any(float y) { return (uint8_t)e4m3_code(y); }
  * Branch-free E2M1 code of a float32 (RNE, saturating, NaN -> 0x7), in a 32-bit lane: the GPU
  * kernels' one-add rounding (_triton_segments._e2m1 says how), fewer vector operations than the
  * seven threshold comparisons it equals (tests/formats/test_native_units.py: every bf16 value and
- * the float32 patterns around each threshold).
+ * the float32 patterns around each threshold; bench/e2m1_all_patterns.py: all 2^32 patterns).
  */
 static inline uint32_t e2m1_code(float y, int signed_zero) {
     uint32_t u = f2u(y);
