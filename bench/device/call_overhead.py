@@ -80,6 +80,7 @@ def main() -> None:
         print(f"{what:<48} {per_call(fn, args.calls) * 1e6:8.1f} us per call", flush=True)
     for what, fn in (
         ("quantize_nvfp4(x, amax=device tensor)", lambda: quantize_nvfp4(x, amax=amax[0])),
+        ("quantize_nvfp4(x)", lambda: quantize_nvfp4(x)),
         ("quantize_mxfp8(x)", lambda: quantize_mxfp8(x)),
     ):
         profiler = cProfile.Profile()
