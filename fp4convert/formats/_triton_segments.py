@@ -37,22 +37,43 @@ def _absmax(x):
 
 
 @triton.jit
+def _absmax2(x):
+    # ``_absmax`` of the last two axes, the all-NaN test once: a max of maxima skips NaN the same way
+    m = tl.max(tl.max(tl.abs(x), axis=-1), axis=-1)
+    return tl.where(m == m, m, 0.0)
+
+
+#: Triton's interpreter (read once, as Triton does): it runs kernels on CPU tensors with numpy, whose
+#: ``minimum`` returns NaN where PTX ``min.f32`` (C's ``fminf``) returns the other operand
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+_NUMPY_MIN = tl.constexpr(_INTERPRETED)
+
+
+@triton.jit
+def _min6(v):
+    """``min(v, 6.0)``, NaN -> 6.0 (``fminf``: one instruction on the GPU, written out for numpy)."""
+    if _NUMPY_MIN:
+        return tl.where(v == v, tl.minimum(v, 6.0), 6.0)
+    return tl.minimum(v, 6.0)
+
+
+@triton.jit
 def _e2m1(y, SIGNED_ZERO: tl.constexpr):
-    """float32 -> E2M1 code (int32), the same bytes as ``_triton._e2m1_code``, in about a dozen
-    operations, fewer of them integer ones (which Hopper issues at half the float rate; the NVFP4
-    kernels are 0.89x the sm_90 instructions they were, bench/kernel_sass.py). |y| is clamped to
-    6.0 (saturation: inf and NaN land there too), then one float add rounds it: adding
-    ``2^(22+e)`` (``e`` = 0 below 2, else |y|'s binade) leaves a grid of ``2^(e-1)``, the E2M1
-    spacing, with ties to even; ``2e`` more units in that constant make the sum's low bits the code
-    itself (0-7). tests/formats/test_cuda.py checks all 2^32 patterns."""
-    b = y.to(tl.uint32, bitcast=True)
-    a = tl.minimum(b & 0x7FFFFFFF, 0x40C00000)  # |y| as bits, at most 6.0
-    u = tl.maximum(a, 0x3F800000) & 0x7F800000  # 2^e as bits: (127 + e) << 23, e in {0, 1, 2}
+    """float32 -> E2M1 code (int32), the same bytes as ``_triton._e2m1_code``, in ten operations.
+    |y| is clamped to 6.0 by ``fminf`` (saturation; NaN lands there too: TE encodes NaN as +6), then
+    one float add rounds it: adding ``2^(22+e)`` (``e`` = 0 below 2, else |y|'s binade) leaves a grid
+    of ``2^(e-1)``, the E2M1 spacing, with ties to even; ``2e`` more units in that constant make the
+    sum's low bits the code itself (0-7). The sign comes from ``fminf(y, 6)``, whose sign bit is y's
+    except for NaN (+6). Fewer integer operations, which Hopper issues at half the float rate
+    (bench/kernel_sass.py counts them); tests/formats/test_cuda.py checks all 2^32 patterns."""
+    a = _min6(tl.abs(y))  # |y| at most 6.0, NaN -> 6.0
+    ab = a.to(tl.uint32, bitcast=True)
+    u = tl.maximum(ab, 0x3F800000) & 0x7F800000  # 2^e as bits: (127 + e) << 23, e in {0, 1, 2}
     c = u + (u >> 22) + (0x0B000000 - 254)  # 2^(22+e) + 2e * 2^(e-1) as bits: (149 + e) << 23 | 2e
-    t = (a.to(tl.float32, bitcast=True) + c.to(tl.float32, bitcast=True)).to(tl.uint32, bitcast=True)
+    t = (a + c.to(tl.float32, bitcast=True)).to(tl.uint32, bitcast=True)
     m = t - u - 0x0B000000  # the sum's units above 2^(22+e): the rounded |y| in steps, plus 2e
-    if SIGNED_ZERO:  # the sign bit into bit 3; NaN (of either sign) encodes as +6
-        return tl.where((b & 0x7FFFFFFF) > 0x7F800000, 7, m | ((b >> 28) & 8)).to(tl.int32)
+    if SIGNED_ZERO:  # the sign bit into bit 3 (-0.0 too); NaN (of either sign) encodes as +6
+        return (m | ((_min6(y).to(tl.uint32, bitcast=True) >> 28) & 8)).to(tl.int32)
     return (m | ((y < 0.0).to(tl.uint32) << 3)).to(tl.int32)
 
 
@@ -171,7 +192,7 @@ def _outer_scales_kernel(
 def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr):
     """Codes and scale bytes of ``x [BR, NB, 2, 8]`` (float32: rows, blocks, two halves of a
     block) with per-row ``sdec``/``mult [BR, 1]``."""
-    amax = _absmax(_absmax(x))  # [BR, NB]; a max of maxima is the max (order-free)
+    amax = _absmax2(x)  # [BR, NB]
     if TILE16:  # the 16x16 tile's amax for each of its 16 rows (BR == 16: one tile row-group)
         amax = tl.broadcast_to(tl.max(amax, axis=0)[None, :], amax.shape)
     if PROFILE == 2:  # modelopt
@@ -340,7 +361,7 @@ def _mxfp8_rows(
     else:
         m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
         x = tl.load(src + r.to(tl.int64)[:, None, None, None] * ld + col, mask=m4, other=0.0).to(tl.float32)
-    v = _absmax(_absmax(x)) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
+    v = _absmax2(x) * 0.002232142956927418  # rn32(1/448) = 0x3B124925, a multiply as in TE
     sc, inv = _e8m0(v)
     code = _e4m3_byte(x * inv[:, :, None, None], HW)
     sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
@@ -552,10 +573,6 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
             REVERSE=True, enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
-
-
-#: Triton's interpreter (read once, as Triton does): it runs kernels on CPU tensors, without the instruction
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @functools.cache
