@@ -614,7 +614,8 @@ def mxfp8_dense(x2d):
     data = torch.empty(rows, cols, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device=x2d.device)
     hw = hardware_e4m3(x2d.device)
-    if rows and cols and x2d.dtype == torch.bfloat16 and x2d.stride(0) % 2 == 0:
+    # the bf16 kernel reads 32-bit words: rows must start on 4-byte boundaries
+    if rows and cols and x2d.dtype == torch.bfloat16 and x2d.stride(0) % 2 == 0 and x2d.data_ptr() % 4 == 0:
         nb = 8
         _mxfp8_bf16_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), triton.cdiv(cols // 32, nb))](
             x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % (32 * nb) == 0,

@@ -161,6 +161,27 @@ def test_dense_kernels_on_large_and_odd_shapes_equal_cpu(shape):
             assert_bytes_equal(gpu8.scale, cpu8.scale)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_views_off_the_allocation_grid_equal_cpu(dtype):
+    # a view starting one element in (a 2-byte offset for bf16) with an odd row stride: the kernels
+    # must not assume 16-byte (or 4-byte: the bf16 MXFP8 kernel's words) alignment
+    base = adversarial((96, 4 * 97), dtype, seed=21)
+    for x in (base[:, 1:257], base.reshape(-1)[1 : 1 + 64 * 256].reshape(64, 256)):
+        assert x.data_ptr() % 16
+        for gpu, cpu in (
+            (quantize_nvfp4(_same_view_on_cuda(x)), quantize_nvfp4(x)),
+            (quantize_mxfp8(_same_view_on_cuda(x)), quantize_mxfp8(x)),
+        ):
+            assert_bytes_equal(gpu.data, cpu.data)
+            assert_bytes_equal(gpu.scale, cpu.scale)
+
+
+def _same_view_on_cuda(x: torch.Tensor) -> torch.Tensor:
+    """``x``'s view (offset and strides) of its storage, the storage copied to the GPU."""
+    storage = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage()).cuda()
+    return storage.as_strided(x.shape, x.stride(), x.storage_offset())
+
+
 def test_tensor_amax_kernel_ignores_nan_and_keeps_inf():
     x = adversarial((512, 1024), torch.bfloat16, seed=18)
     x[7, 9] = float("-inf")
