@@ -206,7 +206,7 @@ def _nvfp4_dense(
     rows, cols = x.shape
     ts._nvfp4_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
         x, cols, rows, amax, data, scale, cols, rows, PROFILE=0, GMAX=2688.0, TILE16=False, EVEN_R=True,
-        EVEN_C=True, BR=16, BC=bc, CH=steps, REVERSE=reverse, enable_fp_fusion=False,
+        EVEN_C=True, BR=16, BC=bc, CH=steps, REVERSE=reverse, HW=ts.hardware_e4m3(x.device), enable_fp_fusion=False,
     )  # fmt: skip
 
 

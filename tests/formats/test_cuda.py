@@ -235,34 +235,40 @@ def test_public_quantize_calls_never_wait_for_the_device():
 
 
 @triton.jit
-def _e4m3_disagreements(out_ptr, start, BLOCK: tl.constexpr, PAIR: tl.constexpr):
+def _e4m3_disagreements(out_ptr, start, BLOCK: tl.constexpr, WHAT: tl.constexpr):
     """Over ``BLOCK`` float32 bit patterns from ``start``: how many take other bytes from the
     conversion instruction than from the integer rounding (``out[0]``), and the smallest (``out[1]``).
-    ``PAIR`` converts each pattern as the low half of a packed pair whose high half is another
-    pattern (times an odd constant: every pattern is a high half exactly once too)."""
+    ``WHAT``: "byte" (the MXFP8 rounding); "pair", each pattern as the low half of a packed pair whose
+    high half is another pattern (times an odd constant: every pattern is a high half exactly once
+    too); "scale", the NVFP4 block scale's code and its decoded value (every code 0..0x7F occurs)."""
     bits = (start + tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)).to(tl.uint32)
     y = bits.to(tl.float32, bitcast=True)
-    if PAIR:
+    if WHAT == "pair":
         other = (bits * 0x9E3779B1).to(tl.float32, bitcast=True)
         differ = ts._e4m3_pair(y, other, True) != ts._e4m3_pair(y, other, False)
+    elif WHAT == "scale":
+        code = ts._e4m3_nonneg(y)
+        value = ts._e4m3_scale_value(code, True).to(tl.uint32, bitcast=True)
+        differ = (ts._e4m3_scale_code(y, True) != code) | (value != ts._e4m3_value(code).to(tl.uint32, bitcast=True))
     else:
         differ = ts._e4m3_byte(y, True) != ts._e4m3_byte(y, False)
     tl.atomic_add(out_ptr, tl.sum(differ.to(tl.int64)))
     tl.atomic_min(out_ptr + 1, tl.min(tl.where(differ, bits.to(tl.int64), 1 << 40)))
 
 
-@pytest.mark.parametrize("pair", [False, True], ids=["byte", "pair"])
-def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32(pair):
-    # MXFP8 kernels on sm_89+ take their E4M3 bytes from cvt.rn.satfinite.e4m3x2.f32; the integer
-    # rounding (the interpreter's and older GPUs' path, the CPU kernel's arithmetic) is the
-    # specification. Every one of the 2^32 bit patterns: normals, subnormals, ties, overflow, inf, NaN,
-    # alone and as either half of a packed pair (the bf16 kernel's two bytes per 16-bit store).
+@pytest.mark.parametrize("what", ["byte", "pair", "scale"])
+def test_hardware_e4m3_equals_the_integer_rounding_on_every_float32(what):
+    # MXFP8 kernels on sm_89+ take their E4M3 bytes from cvt.rn.satfinite.e4m3x2.f32, the NVFP4
+    # kernels their block scales; the integer rounding (the interpreter's and older GPUs' path, the
+    # CPU kernel's arithmetic) is the specification. Every one of the 2^32 bit patterns: normals,
+    # subnormals, ties, overflow, inf, NaN, negatives; alone and as either half of a packed pair (the
+    # bf16 kernel's two bytes per 16-bit store); as an NVFP4 scale, code and value.
     if not ts.has_e4m3_instruction(torch.device("cuda")):
         pytest.skip("this GPU has no E4M3 conversion instruction (compute capability < 8.9)")
     out = torch.tensor([0, 1 << 40], dtype=torch.int64, device="cuda")
     block, chunk = 4096, 1 << 30
     for start in range(0, 1 << 32, chunk):
-        _e4m3_disagreements[(chunk // block,)](out, start, BLOCK=block, PAIR=pair, enable_fp_fusion=False)
+        _e4m3_disagreements[(chunk // block,)](out, start, BLOCK=block, WHAT=what, enable_fp_fusion=False)
     differing, first = out.tolist()
     assert differing == 0, f"{differing} float32 patterns differ, the first {first:#010x}"
 
