@@ -79,10 +79,17 @@ def _time(fn: Callable[[], object], device: str, repeat: int, warmup: int = 1) -
 def _kernel_time(fn: Callable[[], object], device: str, repeat: int, min_seconds: float = 0.025) -> float:
     """Seconds per call of ``fn`` with the calls issued back to back, as a sync issues its kernels:
     best of ``repeat`` runs of enough calls to fill ``min_seconds``. One synchronized call on an
-    otherwise idle GPU would also time its launch and the clocks ramping up (4x a 70 us kernel)."""
+    otherwise idle GPU would also time its launch and the clocks ramping up (4x a 70 us kernel).
+    Each call's result is dropped before the next, as a sync's are: keeping them all (as a list
+    comprehension would) times the allocator taking fresh device memory for every call instead."""
     single = _time(fn, device, 1)
     calls = max(1, min(1000, math.ceil(min_seconds / single)))
-    return _time(lambda: [fn() for _ in range(calls)], device, repeat, warmup=0) / calls
+
+    def back_to_back() -> None:
+        for _ in range(calls):
+            fn()
+
+    return _time(back_to_back, device, repeat, warmup=0) / calls
 
 
 def _master(layers: int, device: str, seed: int, experts: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
