@@ -198,7 +198,8 @@ def _launch_sweep(table: Table, device: str, repeat: int) -> None:
     for reverse in (False, True):
 
         def both(reverse: bool = reverse) -> None:
-            _nvfp4_dense(x, ts.tensor_amax(x).reshape(1), data, scale, bc, ts.NVFP4_STEPS, reverse=reverse)
+            amax = ts.tensor_amax(x).reshape(1)
+            _nvfp4_dense(x, amax, data, scale, bc, ts.nvfp4_steps(rows, cols, bc), reverse=reverse)
 
         what = "last to first" if reverse else "first to last"
         table.add(f"  amax pass + NVFP4 kernel, quantize {what}", _kernel_time(both, device, repeat), n * 2)

@@ -603,9 +603,10 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=x2d.device)
     if rows and cols:
         bc = launch_shape(cols, 16)
-        _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, NVFP4_STEPS))](
+        steps = nvfp4_steps(rows, cols, bc)
+        _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, steps))](
             x2d, x2d.stride(0), rows, amax, data, scale, cols, unit_rows, PROFILE=code, GMAX=gmax, TILE16=tile16,
-            EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=NVFP4_STEPS,
+            EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=steps,
             REVERSE=True, HW=hardware_e4m3(x2d.device), enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
@@ -690,8 +691,23 @@ def mxfp8_col_dense(x2d):
 #: only, so longer spans. Grouped launches (many tensors: thousands of row blocks already) keep one
 #: program per block of rows (``CH`` 0), as measured in bench/live_sync.py.
 NVFP4_STEPS = 2
+#: column steps per program of the dense NVFP4 kernel on large matrices: each program computes its
+#: rows' outer scales (three IEEE divisions) once, so more steps spread that over more work. 14336x4096
+#: bf16 (bench/live_sync.py's sweep, BC=256): 4 steps 1793 against 1701 GB/s with 2 on an H200, 1807
+#: against 1800 on an H100 (bench/results/live-sync-h*-stop31-kernels.txt)
+NVFP4_LARGE_STEPS = 4
+#: programs the grid keeps with the large steps: about 16 per SM of an H100 or H200 (132 SMs), so
+#: smaller matrices keep their parallelism instead
+NVFP4_LARGE_GRID = 2048
 MXFP8_STEPS = 1
 AMAX_STEPS = 4
+
+
+def nvfp4_steps(rows: int, cols: int, bc: int) -> int:
+    """Column steps per program of the dense NVFP4 kernel: :data:`NVFP4_LARGE_STEPS` where the grid
+    still has :data:`NVFP4_LARGE_GRID` programs, else :data:`NVFP4_STEPS`."""
+    large = triton.cdiv(rows, BLOCK_ROWS) * spans(cols, bc, NVFP4_LARGE_STEPS)
+    return NVFP4_LARGE_STEPS if large >= NVFP4_LARGE_GRID else NVFP4_STEPS
 
 
 def spans(cols: int, bc: int, steps: int) -> int:
@@ -711,6 +727,8 @@ def launch_shape(cols: int, block: int) -> int:
 __all__ = [
     "AMAX_STEPS",
     "MXFP8_STEPS",
+    "NVFP4_LARGE_GRID",
+    "NVFP4_LARGE_STEPS",
     "NVFP4_STEPS",
     "_amax_dense_kernel",
     "_amax_seg_kernel",
@@ -725,6 +743,7 @@ __all__ = [
     "mxfp8_col_dense",
     "mxfp8_dense",
     "nvfp4_dense",
+    "nvfp4_steps",
     "outer_scales",
     "spans",
     "tensor_amax",

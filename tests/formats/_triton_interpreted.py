@@ -129,6 +129,19 @@ def dense_kernels() -> None:
             assert_bytes_equal(got[0], want[0].t().contiguous())
             assert_bytes_equal(got[1], want[1].t().contiguous())
         print("ok dense", shape, dtype, flush=True)
+    # the large matrices' launch: four column steps per program, 800 columns (the last step partly
+    # past the row; a program doing two steps would leave columns 512-799 unwritten)
+    x = adversarial((32, 800), torch.bfloat16, seed=4)
+    amax = torch.where(x.float().isnan(), 0.0, x.float().abs()).amax()
+    default, ts.NVFP4_LARGE_GRID = ts.NVFP4_LARGE_GRID, 1
+    try:
+        assert ts.nvfp4_steps(32, 800, ts.launch_shape(800, 16)) == ts.NVFP4_LARGE_STEPS == 4
+        got = ts.nvfp4_dense(x, amax.reshape(1), 32, 0, 2688.0, False)
+    finally:
+        ts.NVFP4_LARGE_GRID = default
+    want = nvfp4_matrix_reference(x, amax.expand(32), "te")
+    assert_bytes_equal(got[0], want[0])
+    assert_bytes_equal(got[1], want[1])
 
 
 def live_exporter() -> None:
