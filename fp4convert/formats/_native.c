@@ -137,7 +137,8 @@ static inline uint32_t abs_bits(float x) {
  * MAX_COLS_STACK: first the larger of each block's two halves lane by lane (contiguous vectors),
  * then each block's maximum of those. Written as one loop over each block's elements, the compiler
  * vectorized across blocks with permutes and spills, a third of the NVFP4 kernel's time; this way
- * NVFP4 is 1.26-1.33x and MXFP8 1.94x faster, the bytes the same (bench/cpu_kernels.py).
+ * one core quantizes NVFP4 1.23-1.27x and MXFP8 2.0x as fast, the same bytes (bench/cpu_kernels.py,
+ * bench/results/cpu-kernels-one-core-stop31.txt).
  */
 static inline void blocks_amax(const float *x, int64_t nb, int block, float *out) {
     uint32_t a[MAX_COLS_STACK / 2];
