@@ -7,7 +7,8 @@ experts, Megatron-Core names as the learner holds them, random BF16 values; no f
 * ``export_hf``: the first call of the process (plan build and kernel compilation included), the
   steady state (2nd+ call), and the first call of a new exporter once the plan is cached and the
   kernels compiled; the reusable ``LiveExporter`` (whole update in plan order, and in 1 GB buckets);
-* ``validate_export`` of that export: first call (its plan and layouts built) and steady state;
+* ``validate_export`` of that export: first call (its plan and layouts built), steady state (the byte
+  check replayed as one CUDA graph on a GPU) and, on a GPU, the same steady state issued kernel by kernel;
 * the kernels: NVFP4 1x16 / 16x16 / row-scaled and MXFP8 row / col on one 14336x4096 weight, NVFP4 on
   one layer's 128 expert ``linear_fc1`` weights stacked (196608x2048: gate and up), one call each, and
   one grouped launch reading the 128 separate tensors in place;
@@ -336,6 +337,13 @@ def _validate_rows(
     table.add("validate_export, first call", first, master_bytes, None)
     seconds = _time(lambda: validate_export(exported, master, **kwargs), device, repeat)
     table.add("validate_export, steady state", seconds, master_bytes, None, f"first = {first / seconds:.1f}x steady")
+    if device.startswith("cuda"):  # the same check issued kernel by kernel, as before CUDA-graph replays
+        eager = ExportValidator(contract=kwargs["contract"], config=kwargs["config"], dialect=kwargs["dialect"],
+                                cuda_graphs=False)  # fmt: skip
+        launched = _time(lambda: eager(exported, master), device, repeat)
+        table.add("validate, steady state without CUDA-graph replay", launched, master_bytes, None,
+                  f"{launched / seconds:.2f}x the replayed steady state")  # fmt: skip
+        del eager
     built, fresh, report = _new_validator(kwargs, exported, master, device, prepare=False)
     note = f"{(built + fresh) / seconds:.1f}x steady: construction (plan) {built:.2f} s + first call {fresh:.2f} s"
     table.add("validate, new validator: construction + first call (plan)", built + fresh, master_bytes, None, note)

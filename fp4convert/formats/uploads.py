@@ -29,6 +29,10 @@ def upload(tables: Sequence[torch.Tensor], device: torch.device | str) -> list[t
     device = torch.device(device)
     if device.type != "cuda":
         return [t.to(device) for t in tables]
+    if torch.cuda.is_current_stream_capturing():
+        # a CUDA graph would record the copy, not make it, and replay it from a freed staging buffer:
+        # the work being captured must have made its tables in an eager run before (megatron.replay)
+        raise RuntimeError("a table upload while a CUDA graph is being captured")
     spans: list[tuple[int, int]] = []
     total = 0
     for t in tables:

@@ -37,6 +37,7 @@ from fp4convert.megatron import diagnose
 from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, gc_paused, loaded_contract
+from fp4convert.megatron.replay import GraphReplay
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import MasterNames, Piece
 from fp4convert.megatron.sources import SafetensorsFolder, tensor_meta
@@ -114,6 +115,48 @@ def _as_expected(
     return True
 
 
+#: one step's mismatch counts: its items, ``(items, columns)`` counts on the device, the columns' names
+_Counts = tuple[list[PlannedTensor], torch.Tensor, tuple[str, ...]]
+
+
+def _issue(ctx: Context, compiled: _Compiled, steps: list[list[Step]], ends: list[int] | None) -> list[_Counts] | None:
+    """Issue every step's byte check (nothing here waits for the GPU), each layer's structure checked
+    just before where ``ends`` says how far into the checks it reaches (None: checked already).
+    None: a structural fault."""
+    results: list[_Counts] = []
+    checked = 0
+    for number, layer in enumerate(steps):
+        if ends is not None and ends[number] > checked:
+            if not _as_expected(ctx.exported, compiled, ctx, checked, ends[number]):
+                return None
+            checked = ends[number]
+        ctx.begin_chunk()
+        for kind, payload in layer:
+            counts, columns = mismatches(ctx, kind, payload)
+            results.append((payload.items if isinstance(payload, Batch) else [payload], counts, columns))
+        ctx.end_chunk()
+    if ends is not None and not _as_expected(ctx.exported, compiled, ctx, checked, None):
+        return None  # a fault among the tensors no step reads (none, while the plan is whole)
+    return results
+
+
+def _failing(results: list[_Counts], every: torch.Tensor | None) -> list[tuple[PlannedTensor, dict[str, int]]]:
+    """The items with a nonzero count, given every count on the CPU (``results``' counts, flat)."""
+    failing: list[tuple[PlannedTensor, dict[str, int]]] = []
+    if every is None or not every.any():  # only a failing export walks its ~19k items in Python
+        return failing
+    flat: list[int] = every.tolist()
+    offset = 0
+    for batch, _, columns in results:
+        width = len(columns)
+        for item in batch:
+            row = flat[offset : offset + width]
+            offset += width
+            if any(row):
+                failing.append((item, dict(zip(columns, row, strict=True))))
+    return failing
+
+
 def _device_of(master: Mapping[str, torch.Tensor]) -> torch.device:
     if isinstance(master, SafetensorsFolder) or not master:
         return torch.device("cpu")
@@ -135,6 +178,10 @@ class ExportValidator:
         device: where to compare; default the master's device.
         max_batch_bytes: BF16 master bytes quantized in one batch (bounds the extra memory).
         max_diagnosed: failing modules diagnosed in full; the rest are only reported.
+        cuda_graphs: on a CUDA device, replay the byte check as one CUDA graph from the third sync on
+            the same addresses (the learner's parameters updated in place, the exporter's buffers
+            reused): the host's kernel launches, not the GPU, bound it otherwise. The graph keeps
+            the check's temporaries (at most about ``max_batch_bytes``) reserved between syncs.
 
     Example (not run: it needs a Megatron model and an exporter):
         >>> validator = ExportValidator(contract="nvfp4-experts-per-token", config=config)  # doctest: +SKIP
@@ -156,6 +203,7 @@ class ExportValidator:
         device: str | torch.device | None = None,
         max_batch_bytes: int = 1 << 30,
         max_diagnosed: int = 64,
+        cuda_graphs: bool = True,
     ) -> None:
         self.plan = export_plan(
             contract=contract,
@@ -171,6 +219,8 @@ class ExportValidator:
         self.device = None if device is None else torch.device(device)
         self.max_batch_bytes = max_batch_bytes
         self.max_diagnosed = max_diagnosed
+        self.cuda_graphs = cuda_graphs
+        self._replay: GraphReplay[tuple[list[_Counts], torch.Tensor]] = GraphReplay()
         self._compiled: tuple[Any, _Compiled | None] = (None, None)
         self._names = MasterNames(self.plan, ep_rank, ep_size)
         self._names.prepare()  # the plan's own Megatron names, resolved before the first sync
@@ -293,34 +343,39 @@ class ExportValidator:
             slow = [i for i in fit if i.quantized and unit_of(self.plan, i) in bad_units]
             complete = {unit_of(self.plan, i) for i in fit} - bad_units
             steps = self._steps(fit, complete)
-        results: list[tuple[list[PlannedTensor], torch.Tensor, tuple[str, ...]]] = []
-        checked = 0
-        for number, layer in enumerate(steps):
-            if ends is not None and ends[number] > checked:
-                if not _as_expected(ctx.exported, compiled, ctx, checked, ends[number]):
-                    return None
-                checked = ends[number]
-            ctx.begin_chunk()
-            for kind, payload in layer:
-                counts, columns = mismatches(ctx, kind, payload)
-                results.append((payload.items if isinstance(payload, Batch) else [payload], counts, columns))
-            ctx.end_chunk()
-        if ends is not None and not _as_expected(ctx.exported, compiled, ctx, checked, len(compiled.names)):
-            return None  # a fault among the tensors no step reads (none, while the plan is whole)
-        failing: list[tuple[PlannedTensor, dict[str, int]]] = []
+        results = _issue(ctx, compiled, steps, ends)
+        if results is None:
+            return None
         every = torch.cat([c.reshape(-1) for _, c, _ in results]).cpu() if results else None  # one transfer
-        if every is not None and every.any():  # only a failing export walks its ~19k items in Python
-            flat: list[int] = every.tolist()
-            offset = 0
-            for batch, _, columns in results:
-                width = len(columns)
-                for item in batch:
-                    row = flat[offset : offset + width]
-                    offset += width
-                    if any(row):
-                        failing.append((item, dict(zip(columns, row, strict=True))))
-        failing += [(item, {"slow": 1}) for item in slow]
-        return failing
+        return _failing(results, every) + [(item, {"slow": 1}) for item in slow]
+
+    def _compare_replayed(
+        self, ctx: Context, compiled: _Compiled, master: Mapping[str, torch.Tensor]
+    ) -> list[tuple[PlannedTensor, dict[str, int]]] | None:
+        """The byte check of a whole, well-formed export as one CUDA graph (:mod:`~fp4convert.megatron.replay`):
+        captured at the second sync on the same addresses, replayed while the exported and master
+        tensors stay where they were. None at a structural fault, as :meth:`_compare`.
+
+        The structure of all ~55k tensors is checked first (so, unlike the per-layer path, before
+        any kernel runs), then the key: every exported and master tensor's address. Each must be
+        contiguous: with its dtype and shape checked, the same address then means the same bytes
+        read, never a read past a tensor someone reshaped in place."""
+        if not _as_expected(ctx.exported, compiled, ctx):
+            return None
+        fetched = cast(list[torch.Tensor], ctx.fetched)
+        masters = list(master.values())
+        if not (all(map(torch.Tensor.is_contiguous, fetched)) and all(map(torch.Tensor.is_contiguous, masters))):
+            return self._compare(ctx, compiled, set())
+        key = list(map(torch.Tensor.data_ptr, fetched))
+        key += map(torch.Tensor.data_ptr, masters)
+        steps = cast(list[list[Step]], compiled.steps)
+
+        def work() -> tuple[list[_Counts], torch.Tensor]:
+            results = cast(list[_Counts], _issue(ctx, compiled, steps, None))
+            return results, torch.cat([c.reshape(-1) for _, c, _ in results])
+
+        results, every = self._replay(compiled, key, ctx.device, work)
+        return _failing(results, every.cpu())
 
     # -- the whole check ------------------------------------------------------------------------------
 
@@ -367,8 +422,11 @@ class ExportValidator:
             expected_names=compiled.expected_names,
         )
         failing = None
-        if compiled.steps is not None and not hasattr(exported, "meta"):  # tensors: structure checked per layer
-            failing = self._compare(ctx, compiled, set(), structure_as_issued=True)
+        if compiled.steps and not hasattr(exported, "meta"):  # tensors
+            if self.cuda_graphs and device.type == "cuda":
+                failing = self._compare_replayed(ctx, compiled, master)
+            else:  # the structure checked per layer, just before its kernels
+                failing = self._compare(ctx, compiled, set(), structure_as_issued=True)
         if failing is None:  # files, or a structural fault: the whole structure first, naming each fault
             ctx.fetched = ctx.fetched_index = None
             broken = self._structure(ctx, compiled)

@@ -17,6 +17,7 @@ from fp4convert.errors import VerificationError
 from fp4convert.families import hf_to_megatron
 from fp4convert.megatron import ExportValidator, validate_export_files
 from fp4convert.megatron import validate as validate_module
+from fp4convert.megatron.sync import LiveExporter
 
 DEEPSEEK_NVFP4 = Path(__file__).parent / "data" / "deepseek-nvfp4-mla-bf16.yaml"
 
@@ -344,6 +345,61 @@ def test_cuda_validation_passes_and_catches_a_flipped_byte(key, contract, dialec
     name = next(n for n in exported if n.endswith(data) and exported[n].dtype != torch.bfloat16)
     exported[name] = (exported[name].view(torch.uint8) ^ 1).view(exported[name].dtype)
     assert [f.tensor for f in validate_export(exported, megatron, **kwargs).findings] == [name]
+
+
+def _flip_in_place(tensor: torch.Tensor) -> torch.Tensor:
+    """Flip the low bit of ``tensor``'s first byte where it lies (the address a graph captured);
+    returns the byte's old value."""
+    first = tensor.view(-1).view(torch.uint8)[:1]
+    old = first.clone()
+    first.bitwise_xor_(1)
+    return old
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_replays_find_what_the_eager_check_finds(model):
+    hf, config = model("qwen3_moe")
+    megatron = {n: t.cuda() for n, t in hf_to_megatron(hf, "qwen3_moe", config).items()}
+    exporter = LiveExporter(contract=NVFP4_EXPERTS, config=config)
+    exported = dict(exporter(megatron))
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    eager = ExportValidator(contract=NVFP4_EXPERTS, config=config, cuda_graphs=False)
+    for _ in range(3):  # eager, captured (and replayed), replayed
+        assert validator(exported, megatron).ok
+    assert validator._replay.captured and validator._replay.failed is None
+
+    def same_verdicts() -> set[str]:
+        got = validator(exported, megatron)
+        assert validator._replay.captured  # still the one graph: the addresses did not move
+        assert [(f.tensor, f.check) for f in got.findings] == [
+            (f.tensor, f.check) for f in eager(exported, megatron).findings
+        ]
+        return {f.tensor for f in got.findings}
+
+    # faults made in place, at the captured addresses: every replay reads them
+    expert = "model.layers.0.mlp.experts.1.up_proj"
+    for name in (f"{expert}.weight", f"{expert}.weight_scale", f"{expert}.weight_scale_2",
+                 "model.layers.1.self_attn.q_proj.weight"):  # fmt: skip
+        assert exported[name].data_ptr() not in {t.data_ptr() for t in megatron.values()}  # a copy, not the master
+        old = _flip_in_place(exported[name])
+        assert name in same_verdicts()
+        exported[name].view(-1).view(torch.uint8)[:1].copy_(old)
+        assert validator(exported, megatron).ok
+    # the learner's step, in place: the stale export fails; the exporter's next sync (same buffers) passes
+    fc2 = next(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)
+    megatron[fc2].mul_(1.5)
+    assert len(same_verdicts()) > 0
+    pointers = [t.data_ptr() for t in exported.values()]
+    exported = {}  # the sampler took the update: the exporter's next sync reuses its buffers
+    exported = dict(exporter(megatron))  # (the replay held none of them)
+    assert [t.data_ptr() for t in exported.values()] == pointers
+    assert validator(exported, megatron).ok and validator._replay.captured
+    # tensors elsewhere (a copy of the export): the graph is dropped and the check runs eagerly
+    moved = {n: t.clone() for n, t in exported.items()}
+    assert validator(moved, megatron).ok and not validator._replay.captured
+    moved[f"{expert}.weight"].view(torch.uint8)[0, 0] ^= 1
+    assert [f.tensor for f in validator(moved, megatron).findings] == [f"{expert}.weight"]
 
 
 def test_a_group_with_a_broken_member_still_checks_the_others(model):

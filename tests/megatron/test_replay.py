@@ -1,0 +1,88 @@
+"""GraphReplay's rule (eager the first time a key is seen, captured the second, replayed while it
+holds; a failed capture turns replays off), with the CUDA capture replaced by a recorder: the
+state machine runs on the CPU. The real capture and its bytes are tests/megatron/test_validate.py's
+GPU tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp4convert.formats.uploads import upload
+from fp4convert.megatron import replay as replay_module
+from fp4convert.megatron.replay import GraphReplay
+
+
+class _Graph:
+    def __init__(self, work):
+        self.work = work
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+
+
+@pytest.fixture
+def captures(monkeypatch):
+    """Each capture: the graph made, or the error to fail with (set ``captures.fail``)."""
+    made: list[_Graph] = []
+
+    def capture(device, work):
+        if capture.fail is not None:
+            return capture.fail
+        out = work()
+        made.append(_Graph(work))
+        return made[-1], out
+
+    capture.fail = None
+    capture.made = made
+    monkeypatch.setattr(replay_module, "_capture", capture)
+    return capture
+
+
+def test_eager_then_captured_then_replayed_while_the_key_holds(captures):
+    replay: GraphReplay[str] = GraphReplay()
+    runs: list[int] = []
+    owner = object()
+
+    def work() -> str:
+        runs.append(1)
+        return f"out{len(runs)}"
+
+    device = torch.device("cuda")
+    assert replay(owner, [1, 2], device, work) == "out1"  # first sight: eager, nothing captured
+    assert not replay.captured and len(runs) == 1
+    assert replay(owner, [1, 2], device, work) == "out2"  # second: captured (work ran once while recording)
+    assert replay.captured and len(captures.made) == 1 and captures.made[0].replays == 1
+    for _ in range(3):  # then replays hand back the captured outputs, work is not run
+        assert replay(owner, [1, 2], device, work) == "out2"
+    assert len(runs) == 2 and captures.made[0].replays == 4
+    # another address, or another owner (even an equal key): the graph is dropped, eager again
+    assert replay(owner, [1, 3], device, work) == "out3" and not replay.captured
+    assert replay(owner, [1, 3], device, work) == "out4" and replay.captured
+    assert replay(object(), [1, 3], device, work) == "out5" and not replay.captured
+    assert len(captures.made) == 2
+
+
+def test_a_failed_capture_runs_the_work_eagerly_from_then_on(captures):
+    replay: GraphReplay[int] = GraphReplay()
+    calls: list[int] = []
+    owner = object()
+
+    def work() -> int:
+        calls.append(1)
+        return len(calls)
+
+    captures.fail = RuntimeError("operation not permitted when stream is capturing")
+    device = torch.device("cuda")
+    assert [replay(owner, [7], device, work) for _ in range(4)] == [1, 2, 3, 4]
+    assert not replay.captured and isinstance(replay.failed, RuntimeError)
+    assert captures.made == []
+
+
+def test_uploads_are_refused_while_a_graph_is_captured(monkeypatch):
+    # a recorded copy would be replayed from a freed staging buffer: the capture must fail instead
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="CUDA graph is being captured"):
+        upload([torch.arange(3)], "cuda")
+    assert upload([torch.arange(3)], "cpu")[0].tolist() == [0, 1, 2]  # the CPU never captures
