@@ -372,6 +372,8 @@ class ExportValidator:
 
         def work() -> tuple[list[_Counts], torch.Tensor]:
             results = cast(list[_Counts], _issue(ctx, compiled, steps, None))
+            if not results:  # a plan with nothing to compare (torch.cat needs one tensor)
+                return results, torch.zeros(0, dtype=torch.int64, device=ctx.device)
             return results, torch.cat([c.reshape(-1) for _, c, _ in results])
 
         results, every = self._replay(compiled, key, ctx.device, work)
