@@ -45,6 +45,10 @@ class GraphReplay(Generic[T]):
     def captured(self) -> bool:
         return self._captured is not None
 
+    def holds(self, owner: object, key: list[int]) -> bool:
+        """Whether a call with ``owner`` and ``key`` would replay the captured graph."""
+        return self._captured is not None and self._owner is owner and self._key == key
+
     def drop(self) -> None:
         """Forget the graph (its memory pool is released with it)."""
         self._owner = self._key = self._captured = None

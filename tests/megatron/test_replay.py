@@ -51,9 +51,10 @@ def test_eager_then_captured_then_replayed_while_the_key_holds(captures):
 
     device = torch.device("cuda")
     assert replay(owner, [1, 2], device, work) == "out1"  # first sight: eager, nothing captured
-    assert not replay.captured and len(runs) == 1
+    assert not replay.captured and not replay.holds(owner, [1, 2]) and len(runs) == 1
     assert replay(owner, [1, 2], device, work) == "out2"  # second: captured (work ran once while recording)
     assert replay.captured and len(captures.made) == 1 and captures.made[0].replays == 1
+    assert replay.holds(owner, [1, 2]) and not replay.holds(owner, [1, 3]) and not replay.holds(object(), [1, 2])
     for _ in range(3):  # then replays hand back the captured outputs, work is not run
         assert replay(owner, [1, 2], device, work) == "out2"
     assert len(runs) == 2 and captures.made[0].replays == 4

@@ -386,6 +386,11 @@ def test_cuda_graph_replays_find_what_the_eager_check_finds(model):
         assert name in same_verdicts()
         exported[name].view(-1).view(torch.uint8)[:1].copy_(old)
         assert validator(exported, megatron).ok
+    # the same memory under another shape: the key holds (address, size), the replay is launched, and
+    # the structure check that runs meanwhile finds the fault
+    reshaped = {**exported, f"{expert}.weight": exported[f"{expert}.weight"].view(-1)}
+    assert [(f.tensor, f.check) for f in validator(reshaped, megatron).findings] == [(f"{expert}.weight", "shape")]
+    assert validator._replay.captured and validator(exported, megatron).ok
     # the learner's step, in place: the stale export fails; the exporter's next sync (same buffers) passes
     fc2 = next(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)
     megatron[fc2].mul_(1.5)
