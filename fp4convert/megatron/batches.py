@@ -31,7 +31,7 @@ from fp4convert.megatron.plan import ExportPlan
 from fp4convert.megatron.resolve import Piece
 from fp4convert.plan import PlannedTensor
 
-__all__ = ["MXFP8_COLUMNS", "NVFP4_COLUMNS", "Batch", "Step", "mismatches", "plan_steps", "unit_of"]
+__all__ = ["MXFP8_COLUMNS", "NVFP4_COLUMNS", "Batch", "Step", "mismatches", "plan_steps", "prepare", "unit_of"]
 
 #: what each column of a batch's mismatch counts checks, per format
 NVFP4_COLUMNS = ("data", "scale", "global", "shared")
@@ -214,6 +214,16 @@ def _picker(positions: list[int]) -> Callable[[list[torch.Tensor]], list[torch.T
 
 def _master_rows(ctx: Context, batch: Batch) -> tuple[Sources | None, torch.Tensor | None]:
     """The batch's master rows: as segments read in place where they can be, else concatenated."""
+    sources = _bound(ctx, batch)
+    if sources is not None:
+        return sources, None
+    xs = [ctx.master_piece(item) for item in batch.items]
+    return None, xs[0] if len(xs) == 1 else torch.cat(xs)
+
+
+def _bound(ctx: Context, batch: Batch) -> Sources | None:
+    """The batch's master rows as segments bound in place (their address table on the device), or
+    None where they cannot be read in place."""
     pieces = list(map(ctx.sources.__getitem__, batch.names))  # C-level passes: ~12k items a sync
     if batch.pieces is None or not all(map(operator.is_, batch.pieces, pieces)):
         batch.segments, layout = segments_of(pieces, batch.item_units(), batch.items[0].info.shape[-1])
@@ -227,9 +237,22 @@ def _master_rows(ctx: Context, batch: Batch) -> tuple[Sources | None, torch.Tens
     else:
         tensors = [ctx.master_tensor(key, sub) for key, sub, _ in batch.segments]
     if tensors[0].device == ctx.device and bind_segments(batch.sources, batch.segments, tensors):
-        return batch.sources, None
-    xs = [ctx.master_piece(item) for item in batch.items]
-    return None, xs[0] if len(xs) == 1 else torch.cat(xs)
+        return batch.sources
+    return None
+
+
+def prepare(ctx: Context, kind: str, payload: PlannedTensor | Batch) -> None:
+    """Make on ``ctx.device`` what one step's check reads besides the tensors (index tables, the
+    master segments' address tables, interleaved rows' indices), so a first sync finds them made."""
+    if isinstance(payload, Batch):
+        payload.on(ctx.device)
+        sources = _bound(ctx, payload)
+        if sources is not None:
+            sources.layout.tables(ctx.device)
+        elif not payload.equal_rows:
+            payload.per_row("item", ctx.device)
+    else:
+        ctx.master_piece(payload)
 
 
 def _nvfp4(ctx: Context, batch: Batch) -> torch.Tensor:

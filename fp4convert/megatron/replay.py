@@ -16,7 +16,7 @@ writes what an eager run would, with the same kernels, so its bytes are the eage
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 
@@ -49,6 +49,17 @@ class GraphReplay(Generic[T]):
         """Whether a call with ``owner`` and ``key`` would replay the captured graph."""
         return self._captured is not None and self._owner is owner and self._key == key
 
+    def seen(self, owner: object, key: list[int]) -> bool:
+        """Whether ``key`` ran eagerly last time (so a call now captures it), captures not failed."""
+        return self._owner is owner and self._key == key and self._eager_runs > 0 and self.failed is None
+
+    def saw(self, owner: object, key: list[int]) -> None:
+        """Record an eager run of the work for ``key`` made by the caller (its own, equivalent way)."""
+        if self._owner is not owner or self._key != key:
+            self.drop()
+            self._owner, self._key = owner, key
+        self._eager_runs += 1
+
     def drop(self) -> None:
         """Forget the graph (its memory pool is released with it)."""
         self._owner = self._key = self._captured = None
@@ -64,15 +75,12 @@ class GraphReplay(Generic[T]):
             device: the CUDA device it runs on.
             work: issues the kernels, never waits for the GPU, returns its outputs.
         """
-        if self._owner is not owner or self._key != key:
-            self.drop()
-            self._owner, self._key = owner, key
-        if self._captured is not None:
-            graph, out = self._captured
+        if self.holds(owner, key):
+            graph, out = cast(tuple[Any, T], self._captured)
             graph.replay()
             return out
-        if self._eager_runs == 0 or self.failed is not None:
-            self._eager_runs += 1
+        if not self.seen(owner, key):
+            self.saw(owner, key)
             return work()
         captured = _capture(device, work)
         if isinstance(captured, BaseException):

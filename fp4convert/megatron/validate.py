@@ -35,6 +35,7 @@ from fp4convert.families import load_config
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
+from fp4convert.megatron.batches import prepare as prepare_step
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, gc_paused, loaded_contract
 from fp4convert.megatron.replay import GraphReplay
@@ -245,14 +246,25 @@ class ExportValidator:
     def prepare(self, master: Mapping[str, torch.Tensor]) -> ExportValidator:
         """Build now what the master's layout fixes (its names, dtypes and shapes; not its values), so
         the first sync costs about what later ones do: the check list of every expected tensor, where
-        each comes from in the master, and the byte check's steps. A later call with a master of
-        another layout builds them again. Holds no reference to the master's tensors.
+        each comes from in the master, the byte check's steps and the tables it reads on the device
+        (index tables, the master segments' address tables: these keep references to the master's
+        tensors, as every sync's do). A later call with a master of another layout builds them again.
 
         Returns:
             This validator, for ``ExportValidator(...).prepare(master)``.
         """
         with torch.no_grad(), gc_paused():
-            self._compile(master)
+            compiled = self._compile(master)
+            if compiled.steps and not hasattr(master, "meta"):  # tensors: the byte check's tables too
+                device = self.device or _device_of(master)
+                scratch = ExportReport("", "", 0, 1, [], 0, {})
+                ctx = Context(self.plan, {}, master, compiled.sources, device, scratch, self.ep_rank, self.ep_size,
+                              self._rows_on)  # fmt: skip
+                for layer in compiled.steps:
+                    ctx.begin_chunk()
+                    for kind, payload in layer:
+                        prepare_step(ctx, kind, payload)
+                    ctx.end_chunk()
         return self
 
     # -- what a master layout fixes ------------------------------------------------------------------
@@ -392,12 +404,15 @@ class ExportValidator:
             results, every = self._replay(compiled, key, ctx.device, work)  # launched: the GPU works meanwhile
             if not _as_expected(ctx.exported, compiled, ctx, fetched=tensors):
                 return None
-        else:
+        elif contiguous and self._replay.seen(compiled, key):  # the second sight: captured
             if not _as_expected(ctx.exported, compiled, ctx, fetched=tensors):
                 return None
-            if not contiguous:
-                return self._compare(ctx, compiled, set())
             results, every = self._replay(compiled, key, ctx.device, work)
+        else:  # a first sight: the eager check, each layer's structure checked as its kernels go out
+            failing = self._compare(ctx, compiled, set(), structure_as_issued=True)
+            if contiguous and failing is not None:
+                self._replay.saw(compiled, key)
+            return failing
         return _failing(results, every.cpu())
 
     # -- the whole check ------------------------------------------------------------------------------

@@ -15,7 +15,11 @@ from fp4convert import export_hf, validate_export
 from fp4convert.contract import load_contract
 from fp4convert.errors import VerificationError
 from fp4convert.families import hf_to_megatron
+from fp4convert.formats import segments as segments_module
 from fp4convert.megatron import ExportValidator, validate_export_files
+from fp4convert.megatron import batches as batches_module
+from fp4convert.megatron import context as context_module
+from fp4convert.megatron import groups as groups_module
 from fp4convert.megatron import validate as validate_module
 from fp4convert.megatron.sync import LiveExporter
 
@@ -174,6 +178,28 @@ def test_a_prepared_validator_builds_nothing_at_its_first_sync(model, monkeypatc
     gone = sorted(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)[-1]
     assert not validator(exported, {n: t for n, t in megatron.items() if n != gone}).ok
     assert len(built) == 3  # another layout is built afresh
+
+
+def test_a_prepared_validator_uploads_no_table_at_its_first_sync(model, monkeypatch):
+    # the byte check's index and address tables are made by prepare(), not by the first sync
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    uploads: list[int] = []
+    for module in (batches_module, segments_module, context_module, groups_module):
+        real = module.upload
+
+        def counted(tables, device, real=real):
+            uploads.append(1)
+            return real(tables, device)
+
+        monkeypatch.setattr(module, "upload", counted)
+    validator.prepare(megatron)
+    assert len(uploads) > 0
+    made = len(uploads)
+    assert validator(exported, megatron).ok
+    assert len(uploads) == made
 
 
 def test_a_bf16_tensor_is_accepted_as_the_masters_own_memory_and_no_other(model):
@@ -390,6 +416,7 @@ def test_cuda_graph_replays_find_what_the_eager_check_finds(model):
     # the structure check that runs meanwhile finds the fault
     reshaped = {**exported, f"{expert}.weight": exported[f"{expert}.weight"].view(-1)}
     assert [(f.tensor, f.check) for f in validator(reshaped, megatron).findings] == [(f"{expert}.weight", "shape")]
+    del reshaped  # (it holds the exporter's buffers: its next sync would take others)
     assert validator._replay.captured and validator(exported, megatron).ok
     # the learner's step, in place: the stale export fails; the exporter's next sync (same buffers) passes
     fc2 = next(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)
