@@ -16,7 +16,8 @@ writes what an eager run would, with the same kernels, so its bytes are the eage
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -25,68 +26,90 @@ __all__ = ["GraphReplay"]
 T = TypeVar("T")
 
 
+@dataclass
+class _Entry(Generic[T]):
+    owner: object
+    key: list[Any]
+    captured: tuple[Any, T] | None = None  # (torch.cuda.CUDAGraph, what work returned)
+
+
 class GraphReplay(Generic[T]):
     """Run ``work`` eagerly the first time a key is seen, capture it into a CUDA graph the second
     time (and replay that), and replay it while the key holds.
 
-    The value ``work`` returns (tensors it allocated) is kept with the graph: a replay rewrites
-    those same tensors, so the caller reads them after each call. A capture that fails (something in
-    ``work`` cannot be captured) turns replays off for good, and ``work`` runs eagerly instead.
+    Up to ``slots`` keys are kept, the least recently used dropped first: an exporter whose caller
+    keeps one update while the next sync runs alternates between two sets of output buffers. The
+    value ``work`` returns is kept with the graph: a replay rewrites the same tensors, so the caller
+    reads them after each call (it should hold no tensor the caller could keep alive). A capture
+    that fails (something in ``work`` cannot be captured) turns replays off for good, and ``work``
+    runs eagerly instead.
     """
 
-    def __init__(self) -> None:
-        self._owner: object | None = None
-        self._key: list[int] | None = None
-        self._eager_runs = 0
-        self._captured: tuple[Any, T] | None = None  # (torch.cuda.CUDAGraph, what work returned)
-        self.failed: BaseException | None = None  # why capture failed, if it did
+    def __init__(self, slots: int = 2) -> None:
+        self.slots = slots
+        self._entries: list[_Entry[T]] = []  # most recently used last
+        self.failed: BaseException | None = None  # why a capture failed, if one did
+
+    @property
+    def graphs(self) -> int:
+        """How many captured graphs are held."""
+        return sum(e.captured is not None for e in self._entries)
 
     @property
     def captured(self) -> bool:
-        return self._captured is not None
+        """Whether a graph is held (for any key)."""
+        return self.graphs > 0
 
-    def holds(self, owner: object, key: list[int]) -> bool:
-        """Whether a call with ``owner`` and ``key`` would replay the captured graph."""
-        return self._captured is not None and self._owner is owner and self._key == key
+    def _find(self, owner: object, key: list[Any]) -> _Entry[T] | None:
+        for entry in self._entries:
+            if entry.owner is owner and entry.key == key:
+                self._entries.remove(entry)
+                self._entries.append(entry)
+                return entry
+        return None
 
-    def seen(self, owner: object, key: list[int]) -> bool:
-        """Whether ``key`` ran eagerly last time (so a call now captures it), captures not failed."""
-        return self._owner is owner and self._key == key and self._eager_runs > 0 and self.failed is None
+    def holds(self, owner: object, key: list[Any]) -> bool:
+        """Whether a call with ``owner`` and ``key`` would replay a captured graph."""
+        return any(e.owner is owner and e.captured is not None and e.key == key for e in self._entries)
 
-    def saw(self, owner: object, key: list[int]) -> None:
-        """Record an eager run of the work for ``key`` made by the caller (its own, equivalent way)."""
-        if self._owner is not owner or self._key != key:
-            self.drop()
-            self._owner, self._key = owner, key
-        self._eager_runs += 1
+    def seen(self, owner: object, key: list[Any]) -> bool:
+        """Whether ``key`` ran eagerly before (so a call now captures it), captures not failed."""
+        return self.failed is None and any(e.owner is owner and e.key == key for e in self._entries)
+
+    def saw(self, owner: object, key: list[Any]) -> None:
+        """Record an eager run of the work for ``key`` (the caller's own, equivalent way)."""
+        if self._find(owner, key) is None:
+            self._entries.append(_Entry(owner, key))
+            del self._entries[: -self.slots]  # the least recently used go, with their graphs
 
     def drop(self) -> None:
-        """Forget the graph (its memory pool is released with it)."""
-        self._owner = self._key = self._captured = None
-        self._eager_runs = 0
+        """Forget every key and graph (their memory pools are released with them)."""
+        self._entries.clear()
 
-    def __call__(self, owner: object, key: list[int], device: torch.device, work: Callable[[], T]) -> T:
+    def __call__(self, owner: object, key: list[Any], device: torch.device, work: Callable[[], T]) -> T:
         """``work()``, or a replay of it.
 
         Args:
             owner: the object the work was built from (compared by identity: another one, even an
                 equal one, is another work).
-            key: the addresses of every tensor ``work`` touches, in a fixed order.
+            key: what fixes the work (the addresses of every tensor it touches), in a fixed order.
             device: the CUDA device it runs on.
             work: issues the kernels, never waits for the GPU, returns its outputs.
         """
-        if self.holds(owner, key):
-            graph, out = cast(tuple[Any, T], self._captured)
+        entry = self._find(owner, key)
+        if entry is not None and entry.captured is not None:
+            graph, out = entry.captured
             graph.replay()
             return out
-        if not self.seen(owner, key):
+        if entry is None or self.failed is not None:
             self.saw(owner, key)
             return work()
         captured = _capture(device, work)
         if isinstance(captured, BaseException):
             self.failed = captured
+            self.drop()
             return work()
-        self._captured = captured
+        entry.captured = captured
         captured[0].replay()  # capturing records the kernels without running them
         return captured[1]
 

@@ -58,11 +58,14 @@ def test_eager_then_captured_then_replayed_while_the_key_holds(captures):
     for _ in range(3):  # then replays hand back the captured outputs, work is not run
         assert replay(owner, [1, 2], device, work) == "out2"
     assert len(runs) == 2 and captures.made[0].replays == 4
-    # another address, or another owner (even an equal key): the graph is dropped, eager again
-    assert replay(owner, [1, 3], device, work) == "out3" and not replay.captured
-    assert replay(owner, [1, 3], device, work) == "out4" and replay.captured
-    assert replay(object(), [1, 3], device, work) == "out5" and not replay.captured
-    assert len(captures.made) == 2
+    # another key (an exporter's second set of buffers): eager, then captured, the first kept beside it
+    assert replay(owner, [1, 3], device, work) == "out3" and not replay.holds(owner, [1, 3])
+    assert replay(owner, [1, 3], device, work) == "out4" and replay.holds(owner, [1, 3])
+    assert replay(owner, [1, 2], device, work) == "out2" and captures.made[0].replays == 5  # alternating
+    # a third key (another owner, even with an equal key) pushes out the least recently used
+    assert replay(object(), [1, 3], device, work) == "out5"
+    assert replay.holds(owner, [1, 2]) and not replay.holds(owner, [1, 3])
+    assert len(captures.made) == 2 and len(runs) == 5
 
 
 def test_a_failed_capture_runs_the_work_eagerly_from_then_on(captures):
