@@ -34,15 +34,15 @@ class _Entry(Generic[T]):
 
 
 class GraphReplay(Generic[T]):
-    """Run ``work`` eagerly the first time a key is seen, capture it into a CUDA graph the second
-    time (and replay that), and replay it while the key holds.
+    """The caller runs its work eagerly the first time a key is seen (:meth:`saw`), has it captured
+    into a CUDA graph the second time (:meth:`capture`), and replays it while the key holds
+    (:meth:`holds`, :meth:`replay`).
 
     Up to ``slots`` keys are kept, the least recently used dropped first: an exporter whose caller
     keeps one update while the next sync runs alternates between two sets of output buffers. The
     value ``work`` returns is kept with the graph: a replay rewrites the same tensors, so the caller
     reads them after each call (it should hold no tensor the caller could keep alive). A capture
-    that fails (something in ``work`` cannot be captured) turns replays off for good, and ``work``
-    runs eagerly instead.
+    that fails (something in ``work`` cannot be captured) turns replays off for good.
     """
 
     def __init__(self, slots: int = 2) -> None:
@@ -86,8 +86,19 @@ class GraphReplay(Generic[T]):
         """Forget every key and graph (their memory pools are released with them)."""
         self._entries.clear()
 
-    def __call__(self, owner: object, key: list[Any], device: torch.device, work: Callable[[], T]) -> T:
-        """``work()``, or a replay of it.
+    def replay(self, owner: object, key: list[Any]) -> T:
+        """Launch the graph captured for ``owner`` and ``key`` (:meth:`holds` says there is one);
+        returns what the work returned when captured, rewritten by this replay."""
+        entry = self._find(owner, key)
+        assert entry is not None and entry.captured is not None
+        graph, out = entry.captured
+        graph.replay()
+        return out
+
+    def capture(self, owner: object, key: list[Any], device: torch.device, work: Callable[[], T]) -> T | None:
+        """Capture ``work`` for a key :meth:`seen` before, then replay it once (capturing records the
+        kernels without running them); returns what it returned. None: the capture failed (the
+        caller then runs the work eagerly, which raises any real error), and no capture is tried again.
 
         Args:
             owner: the object the work was built from (compared by identity: another one, even an
@@ -97,20 +108,14 @@ class GraphReplay(Generic[T]):
             work: issues the kernels, never waits for the GPU, returns its outputs.
         """
         entry = self._find(owner, key)
-        if entry is not None and entry.captured is not None:
-            graph, out = entry.captured
-            graph.replay()
-            return out
-        if entry is None or self.failed is not None:
-            self.saw(owner, key)
-            return work()
+        assert entry is not None and self.failed is None
         captured = _capture(device, work)
         if isinstance(captured, BaseException):
             self.failed = captured
             self.drop()
-            return work()
+            return None
         entry.captured = captured
-        captured[0].replay()  # capturing records the kernels without running them
+        captured[0].replay()
         return captured[1]
 
 

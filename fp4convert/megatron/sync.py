@@ -33,10 +33,14 @@ from fp4convert.formats.segments import reads_by_address
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_groups, run_group, sent_dtype
 from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
+from fp4convert.megatron.replay import GraphReplay
 from fp4convert.megatron.resolve import MasterNames, Piece
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["LiveExporter", "bucketed"]
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
 
 Pair = tuple[str, torch.Tensor]
 
@@ -105,6 +109,65 @@ def _use_count(tensor: torch.Tensor) -> int:
     return int(torch._C._storage_Use_Count(tensor.untyped_storage()._cdata))
 
 
+def _replays_on(device: torch.device) -> bool:
+    """Whether syncs on ``device`` are replayed as CUDA graphs (CUDA devices)."""
+    return device.type == "cuda"
+
+
+class _Template:
+    """Where each output of a replayed sync comes from, as positions: a view of the output set
+    (``_OutputSet._views``), a high-precision copy (``copies``, by name), or a parameter sent as
+    itself (its place in the call's parameters). No tensor is held: a held view would keep the set
+    busy (:meth:`_OutputSet.free`), a held parameter would outlive the learner's."""
+
+    def __init__(self, names: list[str], view_slots: list[int], views: list[int], others: list[tuple[int, str, Any]]):
+        self.names = names
+        self.view_slots = view_slots
+        self.pick_views = operator.itemgetter(*views) if views else None
+        self.single = len(views) == 1
+        self.others = others  # (position, "copy", name) or (position, "param", index)
+
+    @classmethod
+    def of(cls, pairs: list[Pair], out: _OutputSet, params: list[tuple[str, torch.Tensor]]) -> _Template | None:
+        """The template of an eager sync's ``pairs``; None when an output is none of the three
+        (a partial update's freshly encoded group)."""
+        view_at = {id(v): k for k, v in enumerate(out._views)}
+        copy_at = {id(pair[1]): name for name, pair in out.copies.items()}
+        param_at = {t.data_ptr(): i for i, (_, t) in reversed(list(enumerate(params)))}
+        names: list[str] = []
+        view_slots: list[int] = []
+        views: list[int] = []
+        others: list[tuple[int, str, Any]] = []
+        for slot, (name, tensor) in enumerate(pairs):
+            names.append(name)
+            k = view_at.get(id(tensor))
+            if k is not None:
+                view_slots.append(slot)
+                views.append(k)
+            elif id(tensor) in copy_at:
+                others.append((slot, "copy", copy_at[id(tensor)]))
+            else:
+                i = param_at.get(tensor.data_ptr())
+                param = None if i is None else params[i][1]
+                same = param is not None and tensor.numel() > 0 and (param.dtype, param.shape, param.stride()) == (
+                    tensor.dtype, tensor.shape, tensor.stride()
+                )  # fmt: skip
+                if not same:
+                    return None
+                others.append((slot, "param", i))
+        return cls(names, view_slots, views, others)
+
+    def pairs(self, out: _OutputSet, params: list[tuple[str, torch.Tensor]]) -> list[Pair]:
+        """This sync's ``(name, tensor)`` pairs, fresh, in the eager sync's order (C-level passes)."""
+        tensors: list[Any] = [None] * len(self.names)
+        if self.pick_views is not None:
+            got = self.pick_views(out._views)
+            collections.deque(map(tensors.__setitem__, self.view_slots, (got,) if self.single else got), maxlen=0)
+        for slot, kind, ref in self.others:
+            tensors[slot] = out.copies[ref][1] if kind == "copy" else params[ref][1].detach()
+        return list(zip(self.names, tensors, strict=True))
+
+
 class LiveExporter:
     """Export Megatron parameters as a dialect's HF tensors, sync after sync (see the module docstring).
 
@@ -122,6 +185,11 @@ class LiveExporter:
         device: where to allocate the first set of output buffers now, at construction (None: at
             the first sync, on the device the parameters arrive on); a learner that knows its GPU
             takes this cost out of its first sync.
+        cuda_graphs: on a CUDA device, a whole update (:meth:`__call__`, :meth:`buckets`) is replayed
+            as one CUDA graph from the third sync with the same parameters at the same addresses
+            into the same output set (:mod:`~fp4convert.megatron.replay`): the host's kernel
+            launches, not the GPU, bound a sync otherwise. The graph keeps the sync's temporaries
+            (a few small tables per group) reserved between syncs.
 
     Raises:
         ConversionError: the contract cannot be exported in this dialect.
@@ -146,6 +214,7 @@ class LiveExporter:
         calibration: Mapping[str, float] | None = None,
         output_sets: int = 2,
         device: str | torch.device | None = None,
+        cuda_graphs: bool = True,
     ) -> None:
         self.plan = export_plan(
             contract=contract,
@@ -173,6 +242,8 @@ class LiveExporter:
         self._records: dict[tuple[str, tuple[int, ...]], tuple[bool, list[tuple[Piece, int]]]] = {}
         self._sets: list[_OutputSet] = []
         self.output_sets = output_sets
+        self.cuda_graphs = cuda_graphs
+        self._replay: GraphReplay[_Template] = GraphReplay(slots=max(1, output_sets))
         self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
         where = None if device is None else torch.empty(0, device=device).device  # cuda -> cuda:N, as tensors say
         self._prepare(where)
@@ -246,11 +317,14 @@ class LiveExporter:
         return [(name, buffer)]
 
     def _events(
-        self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]
+        self,
+        named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
+        out: _OutputSet | None = None,
     ) -> Iterator[tuple[list[int], list[Pair]]]:
-        """``(plan positions, outputs)``, each as soon as its tensors are complete."""
+        """``(plan positions, outputs)``, each as soon as its tensors are complete (into ``out``, or
+        a free output set)."""
         params = named_params.items() if isinstance(named_params, Mapping) else named_params
-        out = self._free_set()
+        out = self._free_set() if out is None else out
         groups = self.groups
         sizes = [len(group.items) for group in groups]
         counts = [0] * len(groups)
@@ -390,11 +464,53 @@ class LiveExporter:
 
     def __call__(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> list[Pair]:
         """The whole update, in plan order (the garbage collector paused meanwhile: :func:`gc_paused`)."""
-        slots: list[Pair | None] = [None] * self.num_outputs
         with gc_paused():
-            for positions, pairs in self._events(named_params):
-                collections.deque(map(slots.__setitem__, positions, pairs), maxlen=0)  # C-level: ~55k a sync
-            return list(filter(None, slots))  # pairs are non-empty tuples
+            if self.cuda_graphs:
+                params = list(named_params.items() if isinstance(named_params, Mapping) else named_params)
+                return self._replayed(params)
+            return self._whole(named_params, None)
+
+    def _whole(
+        self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], out: _OutputSet | None
+    ) -> list[Pair]:
+        slots: list[Pair | None] = [None] * self.num_outputs
+        for positions, pairs in self._events(named_params, out):
+            collections.deque(map(slots.__setitem__, positions, pairs), maxlen=0)  # C-level: ~55k a sync
+        return list(filter(None, slots))  # pairs are non-empty tuples
+
+    def _replayed(self, params: list[tuple[str, torch.Tensor]]) -> list[Pair]:
+        """A whole update through :mod:`~fp4convert.megatron.replay`: keyed by every parameter's
+        name, address, shape and dtype (each contiguous) and the output set it goes into; the first
+        sync with a key runs eagerly, the second is captured, later ones are replayed and hand out
+        fresh pairs of the same outputs (a parameter sent as itself: this call's tensor)."""
+        tensors = [t for _, t in params]
+        if not tensors or not _replays_on(tensors[0].device) or not all(map(torch.Tensor.is_contiguous, tensors)):
+            return self._whole(params, None)
+        key: list[Any] = [name for name, _ in params]
+        key += map(torch.Tensor.data_ptr, tensors)
+        key += map(_SHAPE, tensors)
+        key += map(_DTYPE, tensors)
+        out = self._free_set()
+        replay = self._replay
+        if replay.holds(out, key):
+            return replay.replay(out, key).pairs(out, params)
+        if not replay.seen(out, key):
+            pairs = self._whole(params, out)
+            # a whole update into a kept set (a partial one, or a set made for one call, never replays)
+            if len(pairs) == self.num_outputs and any(map(operator.is_, self._sets, itertools.repeat(out))):
+                replay.saw(out, key)
+            return pairs
+
+        def work() -> _Template:
+            template = _Template.of(self._whole(params, out), out, params)
+            if template is None:  # not what the first sight was: abandon this capture
+                raise MappingError("a sync's outputs changed between two calls with the same parameters")
+            return template
+
+        template = replay.capture(out, key, tensors[0].device, work)
+        if template is None:
+            return self._whole(params, out)
+        return template.pairs(out, params)
 
     def buckets(
         self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], *, max_bytes: int

@@ -20,7 +20,7 @@ import operator
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -395,19 +395,24 @@ class ExportValidator:
         steps = cast(list[list[Step]], compiled.steps)
 
         def work() -> tuple[list[_Counts], torch.Tensor]:
-            results = cast(list[_Counts], _issue(ctx, compiled, steps, None))
+            # a context of its own: what a failed capture allocated (never computed) is not reused
+            own = replace(ctx, _chunk=None, _false=None)
+            results = cast(list[_Counts], _issue(own, compiled, steps, None))
             if not results:  # a plan with nothing to compare (torch.cat needs one tensor)
                 return results, torch.zeros(0, dtype=torch.int64, device=ctx.device)
             return results, torch.cat([c.reshape(-1) for _, c, _ in results])
 
         if contiguous and self._replay.holds(compiled, key):
-            results, every = self._replay(compiled, key, ctx.device, work)  # launched: the GPU works meanwhile
+            results, every = self._replay.replay(compiled, key)  # launched: the GPU works meanwhile
             if not _as_expected(ctx.exported, compiled, ctx, fetched=tensors):
                 return None
         elif contiguous and self._replay.seen(compiled, key):  # the second sight: captured
             if not _as_expected(ctx.exported, compiled, ctx, fetched=tensors):
                 return None
-            results, every = self._replay(compiled, key, ctx.device, work)
+            captured = self._replay.capture(compiled, key, ctx.device, work)
+            if captured is None:
+                return self._compare(ctx, compiled, set())
+            results, every = captured
         else:  # a first sight: the eager check, each layer's structure checked as its kernels go out
             failing = self._compare(ctx, compiled, set(), structure_as_issued=True)
             if contiguous and failing is not None:

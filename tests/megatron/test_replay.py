@@ -40,6 +40,17 @@ def captures(monkeypatch):
     return capture
 
 
+def _sync(replay: GraphReplay[str], owner: object, key: list[int], work) -> str:
+    """One call the way the validator and the exporter make it."""
+    if replay.holds(owner, key):
+        return replay.replay(owner, key)
+    if replay.seen(owner, key):
+        out = replay.capture(owner, key, torch.device("cuda"), work)
+        return work() if out is None else out
+    replay.saw(owner, key)
+    return work()
+
+
 def test_eager_then_captured_then_replayed_while_the_key_holds(captures):
     replay: GraphReplay[str] = GraphReplay()
     runs: list[int] = []
@@ -49,38 +60,36 @@ def test_eager_then_captured_then_replayed_while_the_key_holds(captures):
         runs.append(1)
         return f"out{len(runs)}"
 
-    device = torch.device("cuda")
-    assert replay(owner, [1, 2], device, work) == "out1"  # first sight: eager, nothing captured
-    assert not replay.captured and not replay.holds(owner, [1, 2]) and len(runs) == 1
-    assert replay(owner, [1, 2], device, work) == "out2"  # second: captured (work ran once while recording)
-    assert replay.captured and len(captures.made) == 1 and captures.made[0].replays == 1
+    assert _sync(replay, owner, [1, 2], work) == "out1"  # first sight: eager, nothing captured
+    assert not replay.captured and not replay.holds(owner, [1, 2]) and replay.seen(owner, [1, 2])
+    assert _sync(replay, owner, [1, 2], work) == "out2"  # second: captured (work ran once while recording)
+    assert replay.graphs == 1 and len(captures.made) == 1 and captures.made[0].replays == 1
     assert replay.holds(owner, [1, 2]) and not replay.holds(owner, [1, 3]) and not replay.holds(object(), [1, 2])
     for _ in range(3):  # then replays hand back the captured outputs, work is not run
-        assert replay(owner, [1, 2], device, work) == "out2"
+        assert _sync(replay, owner, [1, 2], work) == "out2"
     assert len(runs) == 2 and captures.made[0].replays == 4
     # another key (an exporter's second set of buffers): eager, then captured, the first kept beside it
-    assert replay(owner, [1, 3], device, work) == "out3" and not replay.holds(owner, [1, 3])
-    assert replay(owner, [1, 3], device, work) == "out4" and replay.holds(owner, [1, 3])
-    assert replay(owner, [1, 2], device, work) == "out2" and captures.made[0].replays == 5  # alternating
+    assert _sync(replay, owner, [1, 3], work) == "out3" and not replay.holds(owner, [1, 3])
+    assert _sync(replay, owner, [1, 3], work) == "out4" and replay.holds(owner, [1, 3])
+    assert _sync(replay, owner, [1, 2], work) == "out2" and captures.made[0].replays == 5  # alternating
     # a third key (another owner, even with an equal key) pushes out the least recently used
-    assert replay(object(), [1, 3], device, work) == "out5"
-    assert replay.holds(owner, [1, 2]) and not replay.holds(owner, [1, 3])
+    assert _sync(replay, object(), [1, 3], work) == "out5"
+    assert replay.holds(owner, [1, 2]) and not replay.holds(owner, [1, 3]) and replay.graphs == 1
     assert len(captures.made) == 2 and len(runs) == 5
 
 
 def test_a_failed_capture_runs_the_work_eagerly_from_then_on(captures):
-    replay: GraphReplay[int] = GraphReplay()
+    replay: GraphReplay[str] = GraphReplay()
     calls: list[int] = []
     owner = object()
 
-    def work() -> int:
+    def work() -> str:
         calls.append(1)
-        return len(calls)
+        return str(len(calls))
 
     captures.fail = RuntimeError("operation not permitted when stream is capturing")
-    device = torch.device("cuda")
-    assert [replay(owner, [7], device, work) for _ in range(4)] == [1, 2, 3, 4]
-    assert not replay.captured and isinstance(replay.failed, RuntimeError)
+    assert [_sync(replay, owner, [7], work) for _ in range(4)] == ["1", "2", "3", "4"]
+    assert not replay.captured and isinstance(replay.failed, RuntimeError) and not replay.seen(owner, [7])
     assert captures.made == []
 
 

@@ -14,6 +14,8 @@ from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
 
 from fp4convert import export_hf, validate_export
 from fp4convert.families import MegatronSpelling, hf_to_megatron
+from fp4convert.megatron import replay as replay_module
+from fp4convert.megatron import sync as sync_module
 from fp4convert.megatron.sync import LiveExporter, bucketed
 from fp4convert.megatron.validate import ExportValidator
 
@@ -283,6 +285,67 @@ def test_a_partial_update_exports_its_complete_units(model):
         assert_bytes_equal(tensor, full[name])
 
 
+class _RecordedGraph:
+    """What the CPU test captures in place of a CUDA graph: nothing runs at a replay, so what a
+    replayed sync hands out is what the capturing sync computed (the GPU tests run real graphs)."""
+
+    def __init__(self) -> None:
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+
+
+@pytest.fixture
+def recorded_graphs(monkeypatch):
+    graphs: list[_RecordedGraph] = []
+
+    def capture(device, work):
+        out = work()
+        graphs.append(_RecordedGraph())
+        return graphs[-1], out
+
+    monkeypatch.setattr(sync_module, "_replays_on", lambda device: True)
+    monkeypatch.setattr(replay_module, "_capture", capture)
+    return graphs
+
+
+def test_replayed_syncs_hand_out_the_eager_syncs_outputs(model, recorded_graphs):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    eager = _exporter(config, cuda_graphs=False)
+    want = _as_bytes(eager(megatron))
+    exporter = _exporter(config)
+    for sync in range(4):  # eager, captured, replayed, replayed
+        update = exporter(megatron)
+        assert [n for n, _ in update] == list(want) and _as_bytes(update) == want
+        assert len(recorded_graphs) == min(sync, 1)
+        del update  # handed on: the set is free for the next sync
+    assert recorded_graphs[0].replays == 3
+    update = exporter(megatron)
+    # the same views of the set as an eager sync, fresh pairs; a parameter sent as itself is this call's
+    again = exporter._whole(list(megatron.items()), exporter._sets[0])
+    assert all(a is b for (_, a), (_, b) in zip(update, again, strict=True) if a.data_ptr() not in {
+        t.data_ptr() for t in megatron.values()})  # fmt: skip
+    norm = dict(update)["model.norm.weight"]
+    assert norm.data_ptr() == megatron["decoder.final_layernorm.weight"].data_ptr()
+    del update, again, norm
+    # a caller that keeps one update while the next sync runs: two sets, each captured, alternating
+    held = exporter(megatron)
+    for _ in range(4):
+        nxt = exporter(megatron)
+        assert _as_bytes(nxt) == want and _as_bytes(held) == want
+        held = nxt
+        del nxt
+    assert len(recorded_graphs) == 2 and len(exporter._sets) == 2
+    # a partial update is never captured
+    del held
+    part = {n: t for n, t in megatron.items() if "layers.1." not in n}
+    for _ in range(3):
+        assert len(exporter(part)) < len(want)
+    assert len(recorded_graphs) == 2
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("layout", ["grouped", "sequential", *STACKED])
@@ -309,15 +372,17 @@ def test_cuda_live_exporter_equals_the_cpu_export(layout, dialect, model):
     ("qwen3_moe", NVFP4_EXPERTS, "modelopt"), ("qwen3_moe", MXFP8_ALL, "sglang-mxfp8"),
     ("deepseek_v3", DEEPSEEK_NVFP4, "compressed-tensors"),
 ])  # fmt: skip
-def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, model):
+@pytest.mark.parametrize("graphs", [True, False])
+def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, graphs, model):
     """torch.cuda.memory_allocated after every steady sync (update dropped) is what it was after
     the first; a steady sync allocates under half an output set at its peak and never synchronises
-    with the host; the first sync keeps about one output set; bytes equal the CPU export every time."""
+    with the host; the first sync keeps about one output set; bytes equal the CPU export every time.
+    With CUDA graphs the second sync is captured (steady syncs are replays of it)."""
     hf, config = model(key)
     megatron = hf_to_megatron(hf, key, config)
     cpu = dict(LiveExporter(contract=contract, config=config, dialect=dialect)(megatron))
     on_gpu = {n: t.cuda() for n, t in megatron.items()}
-    exporter = LiveExporter(contract=contract, config=config, dialect=dialect)
+    exporter = LiveExporter(contract=contract, config=config, dialect=dialect, cuda_graphs=graphs)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     update = exporter(on_gpu)
@@ -332,6 +397,15 @@ def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, m
     # a group's three output matrices, its segment and address tables) and the split copies
     slack = 8192 * len(exporter.groups) + 512 * len(cpu) + (1 << 16)
     assert own <= after_first - before <= own + slack, (after_first - before, own, slack)
+    update = dict(exporter(on_gpu))  # with graphs: captured, then replayed once
+    for name, tensor in cpu.items():
+        assert_bytes_equal(update[name], tensor)
+    del update
+    gc.collect()
+    torch.cuda.synchronize()
+    assert exporter._replay.graphs == int(graphs)
+    assert torch.cuda.memory_allocated() - after_first <= slack  # a graph keeps no output of its own
+    after_first = torch.cuda.memory_allocated()
     for _ in range(3):
         torch.cuda.reset_peak_memory_stats()
         # no host synchronisation anywhere in a steady sync (amaxes and global scales stay on the device)
@@ -352,6 +426,33 @@ def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, m
         torch.cuda.synchronize()
         assert torch.cuda.memory_allocated() == after_first
         assert peak < max(own / 2, 1 << 16), (peak, own)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dialect", ["modelopt", "compressed-tensors"])
+def test_cuda_graph_replays_equal_eager_syncs_as_the_learner_steps(dialect, model):
+    hf, config = model("qwen3_moe")
+    on_gpu = {n: t.cuda() for n, t in hf_to_megatron(hf, "qwen3_moe", config).items()}
+    exporter = _exporter(config, dialect=dialect)
+    eager = _exporter(config, dialect=dialect, cuda_graphs=False)
+    fc2 = next(n for n in on_gpu if ".mlp.experts.linear_fc2.weight" in n)
+    norm = "decoder.final_layernorm.weight"
+    before = None
+    for sync in range(6):  # eager, captured, then replays; from the fourth the learner steps in place
+        if sync >= 3:
+            on_gpu[fc2].mul_(1.25)
+            on_gpu[norm].add_(1.0)
+        got, want = exporter(on_gpu), eager(on_gpu)
+        assert [n for n, _ in got] == [n for n, _ in want]
+        for (_, a), (_, b) in zip(got, want, strict=True):
+            assert_bytes_equal(a, b)
+        changed = _as_bytes(got)
+        if before is not None and sync >= 3:  # the replay read the stepped weights
+            assert changed != before
+        before = changed
+        del got, want
+    assert exporter._replay.graphs == 1 and exporter._replay.failed is None
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3"])
