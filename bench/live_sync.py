@@ -6,7 +6,8 @@ experts, Megatron-Core names as the learner holds them, random BF16 values; no f
 * the device-to-device copy bandwidth (bytes read + written): the roofline every row is put against;
 * ``export_hf``: the first call of the process (plan build and kernel compilation included), the
   steady state (2nd+ call), and the first call of a new exporter once the plan is cached and the
-  kernels compiled; the reusable ``LiveExporter`` (whole update in plan order, and in 1 GB buckets);
+  kernels compiled; the reusable ``LiveExporter`` (whole update in plan order, and in 1 GB buckets;
+  on a GPU replayed as one CUDA graph, and the same steady state issued kernel by kernel);
 * ``validate_export`` of that export: first call (its plan and layouts built), steady state (the byte
   check replayed as one CUDA graph on a GPU) and, on a GPU, the same steady state issued kernel by kernel;
 * the kernels: NVFP4 1x16 / 16x16 / row-scaled and MXFP8 row / col on one 14336x4096 weight, NVFP4 on
@@ -546,12 +547,20 @@ def _export_rows(
         print(f"    device memory of a sync: quantized output {own / GB:.2f} GB; first sync peak extra "
               f"{first_peak / GB:.2f} GB ({first_peak / own:.2f}x the output), kept {kept / GB:.2f} GB; steady sync "
               f"peak extra {steady_peak / GB:.3f} GB, growth after it {grown} bytes", flush=True)  # fmt: skip
-    seconds = _time(functools.partial(exporter, master.items()), device, repeat)
-    table.add("LiveExporter, steady state (whole update, plan order)", seconds, master_bytes, moved)
+    replayed = _time(functools.partial(exporter, master.items()), device, repeat)
+    table.add("LiveExporter, steady state (whole update, plan order)", replayed, master_bytes, moved)
     seconds = _time(functools.partial(_gigabyte_buckets, exporter, master), device, repeat)
     table.add("LiveExporter.buckets(max_bytes=1 GiB), steady state", seconds, master_bytes, moved)
     del exporter  # its buffers freed before the next exporter's are made
     gc.collect()
+    if device.startswith("cuda"):  # the same issued kernel by kernel, as before CUDA-graph replays
+        eager = LiveExporter(contract=kwargs["contract"], config=kwargs["config"], dialect=kwargs["dialect"],
+                             cuda_graphs=False)  # fmt: skip
+        launched = _time(functools.partial(eager, master.items()), device, repeat)
+        table.add("LiveExporter, steady state without CUDA-graph replay", launched, master_bytes, moved,
+                  f"{launched / replayed:.2f}x the replayed steady state")  # fmt: skip
+        del eager
+        gc.collect()
     # the same with the output buffers allocated at construction (LiveExporter(device=...))
     rebuilt_2 = {**kwargs["config"], "bench_nonce": time.time_ns()}
     started = time.perf_counter()
