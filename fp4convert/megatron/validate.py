@@ -190,8 +190,9 @@ class ExportValidator:
         max_diagnosed: failing modules diagnosed in full; the rest are only reported.
         cuda_graphs: on a CUDA device, replay the byte check as one CUDA graph from the third sync on
             the same addresses (the learner's parameters updated in place, the exporter's buffers
-            reused): the host's kernel launches, not the GPU, bound it otherwise. The graph keeps
-            the check's temporaries (at most about ``max_batch_bytes``) reserved between syncs.
+            reused): the host's kernel launches, not the GPU, bound it otherwise. Graphs of the last
+            two address sets are kept, each keeping the check's temporaries (at most about
+            ``max_batch_bytes``) reserved between syncs.
 
     Example (not run: it needs a Megatron model and an exporter):
         >>> validator = ExportValidator(contract="nvfp4-experts-per-token", config=config)  # doctest: +SKIP
