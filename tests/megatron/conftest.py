@@ -50,3 +50,36 @@ def model(tiny_checkpoint: Callable[[str], Path]) -> Callable[[str], tuple[dict[
         return cache[key]
 
     return get
+
+
+class RecordedGraph:
+    """What CPU tests capture in place of a CUDA graph (``megatron.replay._capture`` patched): the
+    work runs once, eagerly, when captured; a replay only counts, so what a replayed sync hands out
+    is what the capturing sync computed (the GPU tests run real graphs)."""
+
+    def __init__(self) -> None:
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+
+
+@pytest.fixture
+def captures(monkeypatch):
+    """Captures made by recording: ``captures.made`` lists the graphs; set ``captures.fail`` to an
+    error to make every capture fail with it."""
+    from fp4convert.megatron import replay as replay_module
+
+    made: list[RecordedGraph] = []
+
+    def capture(device: Any, work: Callable[[], Any]) -> Any:
+        if capture.fail is not None:  # type: ignore[attr-defined]
+            return capture.fail  # type: ignore[attr-defined]
+        out = work()
+        made.append(RecordedGraph())
+        return made[-1], out
+
+    capture.fail = None  # type: ignore[attr-defined]
+    capture.made = made  # type: ignore[attr-defined]
+    monkeypatch.setattr(replay_module, "_capture", capture)
+    return capture

@@ -9,35 +9,7 @@ import pytest
 import torch
 
 from fp4convert.formats.uploads import upload
-from fp4convert.megatron import replay as replay_module
 from fp4convert.megatron.replay import GraphReplay
-
-
-class _Graph:
-    def __init__(self, work):
-        self.work = work
-        self.replays = 0
-
-    def replay(self) -> None:
-        self.replays += 1
-
-
-@pytest.fixture
-def captures(monkeypatch):
-    """Each capture: the graph made, or the error to fail with (set ``captures.fail``)."""
-    made: list[_Graph] = []
-
-    def capture(device, work):
-        if capture.fail is not None:
-            return capture.fail
-        out = work()
-        made.append(_Graph(work))
-        return made[-1], out
-
-    capture.fail = None
-    capture.made = made
-    monkeypatch.setattr(replay_module, "_capture", capture)
-    return capture
 
 
 def _sync(replay: GraphReplay[str], owner: object, key: list[int], work) -> str:

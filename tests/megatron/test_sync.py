@@ -14,7 +14,6 @@ from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
 
 from fp4convert import export_hf, validate_export
 from fp4convert.families import MegatronSpelling, hf_to_megatron
-from fp4convert.megatron import replay as replay_module
 from fp4convert.megatron import sync as sync_module
 from fp4convert.megatron.sync import LiveExporter, bucketed
 from fp4convert.megatron.validate import ExportValidator
@@ -285,29 +284,11 @@ def test_a_partial_update_exports_its_complete_units(model):
         assert_bytes_equal(tensor, full[name])
 
 
-class _RecordedGraph:
-    """What the CPU test captures in place of a CUDA graph: nothing runs at a replay, so what a
-    replayed sync hands out is what the capturing sync computed (the GPU tests run real graphs)."""
-
-    def __init__(self) -> None:
-        self.replays = 0
-
-    def replay(self) -> None:
-        self.replays += 1
-
-
 @pytest.fixture
-def recorded_graphs(monkeypatch):
-    graphs: list[_RecordedGraph] = []
-
-    def capture(device, work):
-        out = work()
-        graphs.append(_RecordedGraph())
-        return graphs[-1], out
-
+def recorded_graphs(monkeypatch, captures):
+    """Recorded captures (conftest's ``captures``) of syncs on the CPU, as if it were a GPU."""
     monkeypatch.setattr(sync_module, "_replays_on", lambda device: True)
-    monkeypatch.setattr(replay_module, "_capture", capture)
-    return graphs
+    return captures.made
 
 
 def test_replayed_syncs_hand_out_the_eager_syncs_outputs(model, recorded_graphs):
