@@ -21,7 +21,7 @@ import collections
 import itertools
 import operator
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +185,13 @@ class LiveExporter:
         device: where to allocate the first set of output buffers now, at construction (None: at
             the first sync, on the device the parameters arrive on); a learner that knows its GPU
             takes this cost out of its first sync.
-        cuda_graphs: on a CUDA device, a whole update (:meth:`__call__`, :meth:`buckets`) is replayed
-            as one CUDA graph from the third sync with the same parameters at the same addresses
-            into the same output set (:mod:`~fp4convert.megatron.replay`): the host's kernel
-            launches, not the GPU, bound a sync otherwise. The graph keeps the sync's temporaries
-            (a few small tables per group) reserved between syncs.
+        cuda_graphs: on a CUDA device, a whole update (:meth:`__call__`, :meth:`buckets`) of
+            parameters passed as a collection (``dict(model.named_parameters())``, its ``items()``,
+            a list; an iterator is consumed lazily and never replayed) is replayed as one CUDA graph
+            from the third sync with the same parameters at the same addresses into the same output
+            set (:mod:`~fp4convert.megatron.replay`): the host's kernel launches, not the GPU, bound a
+            sync otherwise. The graph keeps the sync's temporaries (a few small tables per group)
+            reserved between syncs.
 
     Raises:
         ConversionError: the contract cannot be exported in this dialect.
@@ -465,7 +467,9 @@ class LiveExporter:
     def __call__(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> list[Pair]:
         """The whole update, in plan order (the garbage collector paused meanwhile: :func:`gc_paused`)."""
         with gc_paused():
-            if self.cuda_graphs:
+            # replays need every parameter first: only a collection already held (a dict, its items, a
+            # list) is taken whole; an iterator, which may gather each tensor as it goes, stays lazy
+            if self.cuda_graphs and isinstance(named_params, (Mapping, ItemsView, Sequence)):
                 params = list(named_params.items() if isinstance(named_params, Mapping) else named_params)
                 return self._replayed(params)
             return self._whole(named_params, None)
