@@ -199,7 +199,7 @@ class LiveExporter:
 
     Example (not run: it needs a Megatron model):
         >>> exporter = LiveExporter(contract="nvfp4-experts-per-token", config=config)  # doctest: +SKIP
-        >>> for bucket in exporter.buckets(model.named_parameters(), max_bytes=1 << 30):  # doctest: +SKIP
+        >>> for bucket in exporter.buckets(dict(model.named_parameters()), max_bytes=1 << 30):  # doctest: +SKIP
         ...     engine.update_weights(bucket)
     """
 
