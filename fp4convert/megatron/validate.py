@@ -257,10 +257,7 @@ class ExportValidator:
         with torch.no_grad(), gc_paused():
             compiled = self._compile(master)
             if compiled.steps and not hasattr(master, "meta"):  # tensors: the byte check's tables too
-                device = self.device or _device_of(master)
-                scratch = ExportReport("", "", 0, 1, [], 0, {})
-                ctx = Context(self.plan, {}, master, compiled.sources, device, scratch, self.ep_rank, self.ep_size,
-                              self._rows_on)  # fmt: skip
+                ctx = self._master_context(master, compiled.sources, self.device or _device_of(master), self._rows_on)
                 for layer in compiled.steps:
                     ctx.begin_chunk()
                     for kind, payload in layer:
@@ -280,8 +277,7 @@ class ExportValidator:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
         shapes = {key: tensor_meta(master, key) for key in master}
         sources = self._names.sources({k: s for k, (_, s) in shapes.items()})
-        scratch = ExportReport("", "", 0, 1, [], 0, {})
-        ctx = Context(self.plan, {}, master, sources, torch.device("cpu"), scratch, self.ep_rank, self.ep_size, {})
+        ctx = self._master_context(master, sources, torch.device("cpu"), {})
         outputs: dict[str, list[OutputSpec]] = {}
         for item in self.items:
             found = ctx.expected_outputs(item)
@@ -292,11 +288,23 @@ class ExportValidator:
             for item in self.items
             for name, dtype, shape in outputs.get(item.info.name, ())
         ]
-        compiled = _Compiled(sources, outputs, list(scratch.findings), ctx.expected_names, ctx.master_bytes, checks)
+        compiled = _Compiled(sources, outputs, list(ctx.report.findings), ctx.expected_names, ctx.master_bytes, checks)
         everything = len(outputs) == len(self.items)
         compiled.set_steps(self._all_steps if everything else self._steps([self.plan.items[n] for n in outputs], None))
         self._compiled = (signature, compiled)
         return compiled
+
+    def _master_context(
+        self,
+        master: Mapping[str, torch.Tensor],
+        sources: Mapping[str, Piece],
+        device: torch.device,
+        rows_on: dict[tuple[str, str], torch.Tensor],
+    ) -> Context:
+        """A context with the master and no export, its findings in a scratch report: what building
+        from the master's layout needs."""
+        scratch = ExportReport("", "", 0, 1, [], 0, {})
+        return Context(self.plan, {}, master, sources, device, scratch, self.ep_rank, self.ep_size, rows_on)
 
     def _steps(self, items: list[PlannedTensor], complete: set[str] | None) -> list[list[Step]]:
         return plan_steps(self.plan, items, complete, self.max_batch_bytes)
