@@ -15,6 +15,7 @@ from _helpers import NVFP4_EXPERTS, tree_hashes
 from hostile.cases import EXPERT, NORM
 from hostile.corpus import INDEX, MANIFEST, assert_error, assert_same_output, edit_tensors, run_cli
 
+from fp4convert.convert import execute
 from fp4convert.convert.execute import convert_checkpoint
 from fp4convert.errors import HubError
 
@@ -49,18 +50,61 @@ def interrupted(good_inputs, tmp_path):
     return src, dst, ref
 
 
-def test_resume_refuses_a_source_whose_bytes_changed(interrupted):
-    src, dst, _ = interrupted
-    first = sorted(src.glob("*.safetensors"))[0]
-    blob = bytearray(first.read_bytes())
+@pytest.fixture
+def unpublished(good_inputs, tmp_path, monkeypatch):
+    """(src, dst): a run into ``dst`` stopped (as by Ctrl-C) after its last shard, before publishing:
+    the journal then holds every source file's sha256 (the hashes run on threads beside the
+    shards, so a run stopped earlier may or may not have finished a given file's)."""
+    src = tmp_path / "src"
+    shutil.copytree(good_inputs[0], src)
+    dst = tmp_path / "dst"
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(execute, "_publish", stop)
+        with pytest.raises(KeyboardInterrupt):
+            convert_checkpoint(src, dst, contract=NVFP4_EXPERTS)
+    journal = json.loads((tmp_path / "dst.partial" / JOURNAL).read_text())
+    assert sorted(journal["sources"]) == sorted(p.name for p in src.glob("*.safetensors"))
+    return src, dst
+
+
+def _flip_a_value(shard: Path) -> None:
+    blob = bytearray(shard.read_bytes())
     blob[-5] ^= 0x01  # one value, headers unchanged: only the bytes can tell
-    first.write_bytes(bytes(blob))
+    shard.write_bytes(bytes(blob))
+
+
+def test_resume_refuses_a_source_whose_bytes_changed(unpublished):
+    src, dst = unpublished
+    first = sorted(src.glob("*.safetensors"))[0]
+    _flip_a_value(first)
     staging = dst.with_name("dst.partial")
     before = tree_hashes(staging)
     outcome = run_cli(_convert(src, dst, "--resume"))
     assert_error(outcome, rf"the source changed since the interrupted run: {first.name} had sha256 [0-9a-f]{{16}}")
     assert "--overwrite" in outcome.stderr and tree_hashes(staging) == before
     assert run_cli(_convert(src, dst, "--overwrite")).code == 0
+
+
+def test_a_resume_never_mixes_old_and_new_source_bytes(interrupted, tmp_path):
+    """Stopped mid-run, the journal may or may not hold a changed file's sha256 (hashing runs
+    beside the shards): if it does, the resume is refused; if not, the file's ctime moved, so every
+    shard made from it is converted again and the output is that of the new bytes."""
+    src, dst, _ = interrupted
+    first = sorted(src.glob("*.safetensors"))[0]
+    hashed = json.loads((dst.with_name("dst.partial") / JOURNAL).read_text())["sources"]
+    _flip_a_value(first)
+    outcome = run_cli(_convert(src, dst, "--resume"))
+    if first.name in hashed:
+        assert_error(outcome, rf"the source changed since the interrupted run: {first.name}")
+    else:
+        assert outcome.code == 0, outcome.text()
+        fresh = tmp_path / "fresh"
+        convert_checkpoint(src, fresh, contract=NVFP4_EXPERTS)
+        assert_same_output(dst, fresh)
 
 
 def test_resume_refuses_a_symlink_into_the_source(interrupted):
