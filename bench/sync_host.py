@@ -1,6 +1,7 @@
 """The host's share of a live sync (issue 15): export and validate every one of Qwen3-30B-A3B's 55,731
 48-layer outputs with tiny dimensions (hidden 64, experts 32 wide), so the Python per tensor and per
-group, not the quantize kernels, is most of what is timed. CPU.
+group, not the quantize kernels, is most of what is timed. CPU. Steady state, and a new
+validator's construction and first call (what the first sync of a run costs beyond later ones).
 
     python bench/sync_host.py [--layers 48] [--repeat 5]
     PYTHONPATH=_base python bench/sync_host.py   # another revision (bench/device/README.md: _base/)
@@ -51,6 +52,16 @@ def main() -> None:
             call()
             best = min(best, time.perf_counter() - start)
         print(f"{what:<28} steady {best * 1e3:8.1f} ms (best of {args.repeat})", flush=True)
+    built, first = [], []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        fresh = ExportValidator(**kwargs)
+        middle = time.perf_counter()
+        fresh(update, master)
+        built.append(middle - start)
+        first.append(time.perf_counter() - middle)
+    print(f"{'validate, new validator':<28} construction {min(built) * 1e3:6.1f} ms, "
+          f"first call {min(first) * 1e3:6.1f} ms (best of {args.repeat})", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -142,8 +142,12 @@ class MasterNames:
         experts, fused QKV / gate-up), as a learner with the standard layer specs names them: what
         an exporter can resolve before the first sync. Names given otherwise resolve when they come."""
         out: list[tuple[str, tuple[int, ...]]] = []
-        for name, (names, _, _) in self._fast.items():
+        for name, (names, kind, _) in self._fast.items():
             shapes = [tuple(self.plan.items[n].info.shape) for n in names]
+            if len(names) > 1 and kind is None:  # not fused: one tensor the HF names share (MTP's embedding, head)
+                if all(s == shapes[0] for s in shapes):
+                    out.append((name, shapes[0]))
+                continue
             if not shapes[0] or any(len(s) != len(shapes[0]) or s[1:] != shapes[0][1:] for s in shapes):
                 continue  # a scalar, or members that do not stack by rows: nothing to predict
             out.append((name, (sum(s[0] for s in shapes), *shapes[0][1:])))

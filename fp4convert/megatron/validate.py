@@ -234,10 +234,18 @@ class ExportValidator:
         self._replay: GraphReplay[tuple[list[_Counts], torch.Tensor]] = GraphReplay()
         self._compiled: tuple[Any, _Compiled | None] = (None, None)
         self._names = MasterNames(self.plan, ep_rank, ep_size)
-        self._names.prepare()  # the plan's own Megatron names, resolved before the first sync
+        #: name -> shape of the master under the plan's own Megatron names (resolved now), the layout
+        #: a learner with the standard layer specs passes
+        self._canonical = dict(self._names.prepare())
         self._rows_on: dict[tuple[str, str], torch.Tensor] = {}
         #: the byte check's steps when the master gives every expected item (the usual case)
         self._all_steps = self._steps(self.items, complete=None)
+        #: what the canonical layout fixes, per master dtype: a first sync with that layout then
+        #: only compares names, shapes and dtypes (C-level list and dict comparisons) instead of a
+        #: Python pass over every expected tensor. BF16, the masters' usual dtype, is built now.
+        self._canonical_compiled: dict[torch.dtype, _Compiled] = {}
+        if self._canonical:
+            self._canonical_compiled[torch.bfloat16] = self._compile_layout(self._meta_master(torch.bfloat16))
         #: expected items per format, as every report states them (fixed by the plan)
         self._formats: dict[str, int] = {}
         for item in self.items:
@@ -275,6 +283,29 @@ class ExportValidator:
             signature = (list(master), list(map(_DTYPE, tensors)), list(map(_SHAPE, tensors)))
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
+        compiled = None if hasattr(master, "meta") else self._canonical_layout(*signature)
+        if compiled is None:
+            compiled = self._compile_layout(master)
+        self._compiled = (signature, compiled)
+        return compiled
+
+    def _canonical_layout(self, names: list[str], dtypes: list[torch.dtype], shapes: list[Any]) -> _Compiled | None:
+        """What the canonical layout fixes, if the master has it (any order, one dtype), else None."""
+        if not dtypes or len(names) != len(self._canonical) or dtypes.count(dtypes[0]) != len(dtypes):
+            return None
+        if dict(zip(names, shapes, strict=True)) != self._canonical:  # torch.Size equals its tuple
+            return None
+        dtype = dtypes[0]
+        if dtype not in self._canonical_compiled:
+            self._canonical_compiled[dtype] = self._compile_layout(self._meta_master(dtype))
+        return self._canonical_compiled[dtype]
+
+    def _meta_master(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """The canonical layout as storage-less tensors of ``dtype``: all building from a layout reads."""
+        return {name: torch.empty(shape, dtype=dtype, device="meta") for name, shape in self._canonical.items()}
+
+    def _compile_layout(self, master: Mapping[str, torch.Tensor]) -> _Compiled:
+        """What ``master``'s names, dtypes and shapes fix (one Python pass over the expected tensors)."""
         shapes = {key: tensor_meta(master, key) for key in master}
         sources = self._names.sources({k: s for k, (_, s) in shapes.items()})
         ctx = self._master_context(master, sources, torch.device("cpu"), {})
@@ -291,7 +322,6 @@ class ExportValidator:
         compiled = _Compiled(sources, outputs, list(ctx.report.findings), ctx.expected_names, ctx.master_bytes, checks)
         everything = len(outputs) == len(self.items)
         compiled.set_steps(self._all_steps if everything else self._steps([self.plan.items[n] for n in outputs], None))
-        self._compiled = (signature, compiled)
         return compiled
 
     def _master_context(

@@ -162,22 +162,57 @@ def test_a_validator_moved_between_master_layouts_still_compares_the_right_tenso
     assert validator(exported, megatron).ok
 
 
-def test_a_prepared_validator_builds_nothing_at_its_first_sync(model, monkeypatch):
+def test_a_validator_builds_each_master_layout_once(model, monkeypatch):
     hf, config = model("qwen3_moe")
     megatron = hf_to_megatron(hf, "qwen3_moe", config)
     exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
     built: list[int] = []
     original = validate_module._Compiled.__post_init__
     monkeypatch.setattr(validate_module._Compiled, "__post_init__", lambda self: built.append(1) or original(self))
-    assert ExportValidator(contract=NVFP4_EXPERTS, config=config)(exported, megatron).ok
-    assert len(built) == 1  # unprepared: the first sync builds the master's check list
-    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config).prepare(megatron)
-    assert len(built) == 2
+    validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    assert len(built) == 1  # the canonical BF16 layout, built by the constructor
     assert validator(exported, megatron).ok
-    assert len(built) == 2  # prepared: nothing left to build
+    assert len(built) == 1  # the learner's master has that layout: the first sync builds nothing
+    shuffled = dict(reversed(list(megatron.items())))
+    assert validator.prepare(shuffled)(exported, shuffled).ok
+    assert len(built) == 1  # the same layout in another order
     gone = sorted(n for n in megatron if ".mlp.experts.linear_fc2.weight" in n)[-1]
     assert not validator(exported, {n: t for n, t in megatron.items() if n != gone}).ok
-    assert len(built) == 3  # another layout is built afresh
+    assert len(built) == 2  # another layout is built afresh
+    assert validator.prepare(hf)(exported, hf).ok
+    assert len(built) == 3  # and an HF-named one
+    assert validator(exported, hf).ok
+    assert len(built) == 3
+
+
+def _fields(compiled) -> dict[str, object]:
+    return {f: getattr(compiled, f) for f in ("sources", "outputs", "problems", "expected_names", "master_bytes",
+                                              "checks", "layer_ends")} | {"steps": repr(compiled.steps)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "contract", "dtype"),
+    [
+        ("qwen3_moe", NVFP4_EXPERTS, torch.bfloat16),
+        ("qwen3_moe", MXFP8_ALL, torch.float32),
+        ("deepseek_v3", DEEPSEEK_NVFP4, torch.bfloat16),
+    ],
+)
+def test_the_canonical_layouts_plan_is_the_one_built_from_the_master(key, contract, dtype, model):
+    # the constructor's plan for the canonical layout stands in for the one the master's own names,
+    # dtypes and shapes give: they must be the same, field for field
+    hf, config = model(key)
+    megatron = {n: t.to(dtype) for n, t in hf_to_megatron(hf, key, config).items()}
+    validator = ExportValidator(contract=contract, config=config)
+
+    def canonical(master):
+        tensors = list(master.values())
+        return validator._canonical_layout(list(master), [t.dtype for t in tensors], [t.shape for t in tensors])
+
+    assert canonical(megatron) is not None
+    assert _fields(canonical(megatron)) == _fields(validator._compile_layout(megatron))
+    assert canonical(hf_to_megatron(hf, key, config, expert_layout="sequential")) is None
+    assert canonical({**megatron, "extra.weight": torch.zeros(2, dtype=dtype)}) is None
 
 
 def test_a_prepared_validator_uploads_no_table_at_its_first_sync(model, monkeypatch):
