@@ -24,7 +24,6 @@ from fp4convert.megatron.groups import sent_dtype
 from fp4convert.megatron.plan import ExportPlan
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import Piece
-from fp4convert.megatron.sources import tensor_meta
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["Context", "all_same_bytes", "core_outputs", "same_bytes"]
@@ -116,9 +115,12 @@ class Context:
             (self.rows_on[key],) = upload([piece.index()], self.device)
         return tensor.index_select(0, self.rows_on[key])
 
-    def expected_outputs(self, item: PlannedTensor) -> list[tuple[str, str, tuple[int, ...]]] | None:
-        """The tensors the export must hold for ``item`` (BF16 ones take the master's dtype);
-        None, with a finding, when the master cannot provide it."""
+    def expected_outputs(
+        self, item: PlannedTensor, master_dtypes: Mapping[str, str]
+    ) -> list[tuple[str, str, tuple[int, ...]]] | None:
+        """The tensors the export must hold for ``item`` (BF16 ones take the master's dtype, given
+        per master tensor as its safetensors dtype); None, with a finding, when the master cannot
+        provide it."""
         name = item.info.name
         for out, _, _ in item.outputs:
             self.expected_names[out] = item
@@ -128,7 +130,7 @@ class Context:
                 item, f"the master has no tensor holding `{name}` (Megatron: `{item.info.megatron_name}`)"
             )
             return None
-        dtype = tensor_meta(self.master, piece.key)[0]
+        dtype = master_dtypes[piece.key]
         if piece.shape != tuple(item.info.shape):
             self._master_problem(
                 item,

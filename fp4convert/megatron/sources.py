@@ -18,7 +18,7 @@ from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, d
 from fp4convert.checkpoint.source import checked_file
 from fp4convert.errors import CheckpointError
 
-__all__ = ["SafetensorsFolder", "tensor_meta"]
+__all__ = ["SafetensorsFolder", "meta_dtype", "tensor_meta"]
 
 
 class SafetensorsFolder(Mapping[str, torch.Tensor]):
@@ -103,8 +103,17 @@ def tensor_meta(tensors: Mapping[str, torch.Tensor], name: str) -> tuple[str, tu
     if meta is not None:
         return meta(name)
     tensor = tensors[name]
+    return meta_dtype(tensor.dtype), tuple(tensor.shape)
+
+
+def meta_dtype(dtype: torch.dtype) -> str:
+    """A torch dtype as :func:`tensor_meta` names it: its safetensors code, else torch's own name.
+
+    Example:
+        >>> meta_dtype(torch.bfloat16), meta_dtype(torch.complex64)
+        ('BF16', 'torch.complex64')
+    """
     try:
-        dtype = dtype_name(tensor.dtype)
+        return dtype_name(dtype)
     except CheckpointError:
-        dtype = str(tensor.dtype)
-    return dtype, tuple(tensor.shape)
+        return str(dtype)

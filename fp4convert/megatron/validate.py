@@ -41,7 +41,7 @@ from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, gc_
 from fp4convert.megatron.replay import GraphReplay
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import MasterNames, Piece
-from fp4convert.megatron.sources import SafetensorsFolder, tensor_meta
+from fp4convert.megatron.sources import SafetensorsFolder, meta_dtype, tensor_meta
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
@@ -245,7 +245,8 @@ class ExportValidator:
         #: Python pass over every expected tensor. BF16, the masters' usual dtype, is built now.
         self._canonical_compiled: dict[torch.dtype, _Compiled] = {}
         if self._canonical:
-            self._canonical_compiled[torch.bfloat16] = self._compile_layout(self._meta_master(torch.bfloat16))
+            with gc_paused():
+                self._canonical_compiled[torch.bfloat16] = self._compile_layout(self._canonical_metas(torch.bfloat16))
         #: expected items per format, as every report states them (fixed by the plan)
         self._formats: dict[str, int] = {}
         for item in self.items:
@@ -285,7 +286,7 @@ class ExportValidator:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
         compiled = None if hasattr(master, "meta") else self._canonical_layout(*signature)
         if compiled is None:
-            compiled = self._compile_layout(master)
+            compiled = self._compile_layout({key: tensor_meta(master, key) for key in master})
         self._compiled = (signature, compiled)
         return compiled
 
@@ -297,21 +298,23 @@ class ExportValidator:
             return None
         dtype = dtypes[0]
         if dtype not in self._canonical_compiled:
-            self._canonical_compiled[dtype] = self._compile_layout(self._meta_master(dtype))
+            self._canonical_compiled[dtype] = self._compile_layout(self._canonical_metas(dtype))
         return self._canonical_compiled[dtype]
 
-    def _meta_master(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """The canonical layout as storage-less tensors of ``dtype``: all building from a layout reads."""
-        return {name: torch.empty(shape, dtype=dtype, device="meta") for name, shape in self._canonical.items()}
+    def _canonical_metas(self, dtype: torch.dtype) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """(dtype, shape) of every tensor of the canonical layout, all of ``dtype``."""
+        name = meta_dtype(dtype)
+        return {key: (name, shape) for key, shape in self._canonical.items()}
 
-    def _compile_layout(self, master: Mapping[str, torch.Tensor]) -> _Compiled:
-        """What ``master``'s names, dtypes and shapes fix (one Python pass over the expected tensors)."""
-        shapes = {key: tensor_meta(master, key) for key in master}
-        sources = self._names.sources({k: s for k, (_, s) in shapes.items()})
-        ctx = self._master_context(master, sources, torch.device("cpu"), {})
+    def _compile_layout(self, metas: Mapping[str, tuple[str, tuple[int, ...]]]) -> _Compiled:
+        """What a master's names, dtypes and shapes (``metas``: name -> (safetensors dtype, shape), as
+        :func:`tensor_meta` gives them) fix: one Python pass over the expected tensors."""
+        sources = self._names.sources({k: s for k, (_, s) in metas.items()})
+        ctx = self._master_context({}, sources, torch.device("cpu"), {})
+        dtypes = {k: d for k, (d, _) in metas.items()}
         outputs: dict[str, list[OutputSpec]] = {}
         for item in self.items:
-            found = ctx.expected_outputs(item)
+            found = ctx.expected_outputs(item, dtypes)
             if found is not None:
                 outputs[item.info.name] = found
         checks = [
