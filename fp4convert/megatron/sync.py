@@ -203,6 +203,7 @@ class LiveExporter:
         ...     engine.update_weights(bucket)
     """
 
+    @gc_paused()  # tens of thousands of small objects (names, pieces, layouts): see gc_paused
     def __init__(
         self,
         *,

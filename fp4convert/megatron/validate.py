@@ -200,6 +200,7 @@ class ExportValidator:
         >>> report.raise_if_failed()  # doctest: +SKIP
     """
 
+    @gc_paused()  # tens of thousands of small objects (names, pieces, layouts): see gc_paused
     def __init__(
         self,
         *,
@@ -245,8 +246,7 @@ class ExportValidator:
         #: Python pass over every expected tensor. BF16, the masters' usual dtype, is built now.
         self._canonical_compiled: dict[torch.dtype, _Compiled] = {}
         if self._canonical:
-            with gc_paused():
-                self._canonical_compiled[torch.bfloat16] = self._compile_layout(self._canonical_metas(torch.bfloat16))
+            self._canonical_compiled[torch.bfloat16] = self._compile_layout(self._canonical_metas(torch.bfloat16))
         #: expected items per format, as every report states them (fixed by the plan)
         self._formats: dict[str, int] = {}
         for item in self.items:
