@@ -161,6 +161,12 @@ SOURCE_FORMAT_CASES: tuple[Case, ...] = (
         ),
         r"are not U8 blocks \[E, rows, G, 16\]",
     ),
+    Case(  # found by tests/hostile/test_fuzz_headers.py: the shape was read before it was checked
+        "source-format",
+        "mxfp4-blocks-1d",
+        _source("mxfp4", GATE_UP + "_blocks", _set(GATE_UP + "_blocks", lambda t: t[GATE_UP + "_blocks"].reshape(-1))),
+        rf"MXFP4 tensors '{GATE_UP}_blocks' U8 \[\d+\].*are not U8 blocks \[E, rows, G, 16\]",
+    ),
     # fused 3-D experts with wrong dimensions
     Case(
         "source-format",

@@ -238,6 +238,7 @@ class _Builder:
     def decoded(self, name: str, encoding: Encoding) -> tuple[int, ...]:
         shape = self.entry(name).shape
         if encoding == "mxfp4":
+            self.mxfp4_scales(name)  # the blocks' layout checked before their shape is read: a header may lie
             return (*shape[:-2], shape[-2] * MXFP4_BLOCK)
         return shape
 
