@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from fp4convert.checkpoint.safetensors_io import StreamingWriter
+from fp4convert.checkpoint.safetensors_io import StreamingWriter, shard_metadata
 from fp4convert.checkpoint.source import INDEX_NAME
 from fp4convert.convert.execute import ConversionReport, convert_checkpoint
 from fp4convert.families import inventory_from_config
@@ -58,7 +58,7 @@ def build_demo_checkpoint(directory: Path, *, shards: int = 2, seed: int = 0) ->
     for n in range(shards):
         part = inventory.tensors[n * per_shard : (n + 1) * per_shard]
         name = f"model-{n + 1:05d}-of-{shards:05d}.safetensors"
-        writer = StreamingWriter(directory / name, [(t.name, "BF16", t.shape) for t in part], {"format": "pt"})
+        writer = StreamingWriter(directory / name, [(t.name, "BF16", t.shape) for t in part], shard_metadata())
         for t in part:
             weights = (
                 torch.ones(t.shape) if t.role.value == "norm" else torch.randn(t.shape, generator=generator) * 0.02

@@ -29,6 +29,7 @@ from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES, safetensors_code
 
 __all__ = [
     "DTYPES",
+    "TORCH_FORMAT",
     "SafetensorsFile",
     "StreamingWriter",
     "TensorEntry",
@@ -36,12 +37,27 @@ __all__ = [
     "dtype_name",
     "header_bytes",
     "read_header",
+    "shard_metadata",
     "tensor_nbytes",
 ]
 
 #: safetensors dtype code -> torch dtype (the one table: :mod:`fp4convert.inventory.dtypes`)
 DTYPES = SAFETENSORS_DTYPES
 _MAX_HEADER = 100 * 2**20  # the format's own limit
+#: ``format`` in the header metadata of every safetensors file written here (and checked by
+#: ``verify``): transformers 4.x refuses a shard whose metadata names no format it knows ("does not
+#: contain the valid metadata"), and "pt" is PyTorch's
+TORCH_FORMAT = "pt"
+
+
+def shard_metadata(producer: str | None = None) -> dict[str, str]:
+    """Header metadata for a file fp4convert writes: the PyTorch format, and who wrote it.
+
+    Example:
+        >>> shard_metadata("fp4convert 1.0")
+        {'format': 'pt', 'producer': 'fp4convert 1.0'}
+    """
+    return {"format": TORCH_FORMAT} if producer is None else {"format": TORCH_FORMAT, "producer": producer}
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -19,7 +19,7 @@ import torch
 from fp4convert.checkpoint.decode import DecodedSource
 from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.manifest import MANIFEST
-from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name
+from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name, shard_metadata
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, output_shard_names
 from fp4convert.checkpoint.staging import discard, prepare_staging, publish, write_json_atomic
 from fp4convert.errors import MappingError
@@ -100,7 +100,7 @@ def write_decoded(
                 for name in tensors:
                     meta_dtype = getattr(torch, out_dtype(name))
                     layout.append((name, dtype_name(meta_dtype), view.tensors[name].shape))
-                metadata = {"format": "pt", "producer": f"fp4convert {__version__} dequantize"}
+                metadata = shard_metadata(f"fp4convert {__version__} dequantize")
                 writer = StreamingWriter(tmp, layout, metadata=metadata)
                 for name in tensors:
                     tensor = decoded[name]

@@ -25,7 +25,13 @@ import torch
 from fp4convert.checkpoint.decode.declared import is_source_release
 from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.manifest import MANIFEST
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, TensorEntry, dtype_name
+from fp4convert.checkpoint.safetensors_io import (
+    SafetensorsFile,
+    StreamingWriter,
+    TensorEntry,
+    dtype_name,
+    shard_metadata,
+)
 from fp4convert.checkpoint.source import SourceCheckpoint, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import discard, prepare_staging, publish
 from fp4convert.convert.decoded import finish_high_precision, write_decoded
@@ -176,7 +182,7 @@ def dequantize_checkpoint(
     try:
         for shard, outputs in plans.items():
             tmp = staging / (out_names[shard] + ".tmp")
-            metadata = {"format": "pt", "producer": f"fp4convert {__version__} dequantize"}
+            metadata = shard_metadata(f"fp4convert {__version__} dequantize")
             writer = StreamingWriter(tmp, [(n, d, s) for n, d, s, _ in outputs], metadata=metadata)
             for name, _, _, how in outputs:
                 writer.write(name, read(name) if how is None else _decode(dialect, how, read, dtype))

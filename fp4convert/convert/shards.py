@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fp4convert.checkpoint.hashing import tensor_sha256
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, shard_metadata
 from fp4convert.version import __version__
 
 __all__ = ["SHARD_METADATA", "ProgressHook", "tensor_hashes"]
@@ -22,7 +22,7 @@ __all__ = ["SHARD_METADATA", "ProgressHook", "tensor_hashes"]
 ProgressHook = Callable[[str, Mapping[str, Any]], None]
 
 #: the ``__metadata__`` of every output shard
-SHARD_METADATA = {"format": "pt", "producer": f"fp4convert {__version__}"}
+SHARD_METADATA = shard_metadata(f"fp4convert {__version__}")
 
 
 def tensor_hashes(path: Path, *, sync: bool = False) -> dict[str, str]:

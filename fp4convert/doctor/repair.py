@@ -28,7 +28,7 @@ import torch
 
 from fp4convert.checkpoint.hashing import tensor_sha256
 from fp4convert.checkpoint.manifest import MANIFEST
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, shard_metadata
 from fp4convert.checkpoint.source import INDEX_NAME
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, Decision, contract_hash, load_contract, parse_contract
@@ -210,7 +210,7 @@ def _write(
     weight_map = {name: shard for name, (shard, _) in scan.tensors.items()}
     if extra:
         writer = StreamingWriter(
-            staging / _PLACEHOLDER_SHARD, [(n, "F32", tuple(t.shape)) for n, t in extra.items()], {"format": "pt"}
+            staging / _PLACEHOLDER_SHARD, [(n, "F32", tuple(t.shape)) for n, t in extra.items()], shard_metadata()
         )
         for name, tensor in extra.items():
             writer.write(name, tensor)

@@ -30,7 +30,7 @@ import torch
 
 from fp4convert.checkpoint.decode import DecodedSource
 from fp4convert.checkpoint.hashing import file_sha256
-from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name
+from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name, shard_metadata
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
@@ -133,7 +133,7 @@ def _write_shard(
     writer = StreamingWriter(
         tmp,
         [(t.name, t.dtype, t.shape) for t in targets],
-        metadata={"format": "pt", "producer": f"fp4convert {__version__}"},
+        metadata=shard_metadata(f"fp4convert {__version__}"),
     )
     try:
         for target in targets:

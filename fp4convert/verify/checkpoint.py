@@ -27,7 +27,7 @@ from fp4convert.checkpoint.file_hashes import SourceHashes
 from fp4convert.checkpoint.hashing import file_sha256, tensor_sha256
 from fp4convert.checkpoint.manifest import MANIFEST, read_manifest
 from fp4convert.checkpoint.reader import SourceReader
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, read_header
+from fp4convert.checkpoint.safetensors_io import TORCH_FORMAT, SafetensorsFile, TensorEntry, read_header
 from fp4convert.checkpoint.source import (
     INDEX_NAME,
     DuplicateKeyError,
@@ -109,10 +109,20 @@ def _headers(directory: Path, files: set[str], report: VerifyReport) -> dict[str
             report.checks.append(TensorCheck(name, False, "file", "listed in the manifest but missing"))
             continue
         try:
-            entries, _ = read_header(checked_file(directory, name))
+            entries, metadata = read_header(checked_file(directory, name))
         except CheckpointError as exc:
             report.checks.append(TensorCheck(name, False, "file", str(exc)))
             continue
+        if metadata.get("format") != TORCH_FORMAT:  # no tensor's bytes show it
+            report.checks.append(
+                TensorCheck(
+                    name,
+                    False,
+                    "file",
+                    f"its header metadata says format {metadata.get('format')!r}, not {TORCH_FORMAT!r} (the header "
+                    "was edited; transformers 4.x refuses such a shard: 'does not contain the valid metadata')",
+                )
+            )
         for tensor, entry in entries.items():
             found[tensor] = (name, entry)
     return found

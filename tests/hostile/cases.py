@@ -306,6 +306,12 @@ OUTPUT_CASES: tuple[Case, ...] = (
         r"cover \d+ bytes|missing|differ",
     ),
     Case("tampered", "output-byte", _flip_data_byte, r"differ"),
+    Case(  # no tensor's bytes change: verify reads the header's metadata too
+        "tampered",
+        "shard-metadata",
+        lambda ws: edit_header(_out_shard(ws), lambda h: h.update({"__metadata__": {"format": "np"}})),
+        r"metadata says format 'np', not 'pt'",
+    ),
     Case(
         "tampered",
         "copied-file",
