@@ -218,7 +218,7 @@ DEEPSEEK_MTP_GLUE = (
 def sparse_step_is_moe(config: ModelConfig, layer: int, num_experts: int) -> bool:
     """Qwen2-MoE / Qwen3-MoE / Qwen3-Next: a layer is MoE unless listed in ``mlp_only_layers`` or
     ``(layer + 1) % decoder_sparse_step != 0`` (transformers' decoder layers), and only with experts."""
-    sparse_step = config.get_int("decoder_sparse_step", default=1)
+    sparse_step = config.get_int("decoder_sparse_step", default=1, minimum=1)
     return layer not in config.get_int_list("mlp_only_layers") and num_experts > 0 and (layer + 1) % sparse_step == 0
 
 
@@ -244,8 +244,8 @@ def gqa_dims(config: ModelConfig) -> dict[str, int]:
         (16, 64, 32)
     """
     hidden = config.get_int("hidden_size")
-    heads = config.get_int("num_attention_heads")
-    kv_heads = config.get_int("num_key_value_heads", default=heads)
+    heads = config.get_int("num_attention_heads", minimum=1)
+    kv_heads = config.get_int("num_key_value_heads", default=heads, minimum=1)
     head_dim = config.get_optional_int("head_dim")
     if head_dim is None:
         if hidden % heads:

@@ -98,8 +98,9 @@ class ModelConfig:
     def __init__(self, data: Mapping[str, Any]) -> None:
         self.data = data
 
-    def get_int(self, key: str, default: Any = _MISSING) -> int:
-        """An integer field; ``default`` (when given) if the field is absent or null."""
+    def get_int(self, key: str, default: Any = _MISSING, *, minimum: int = 0) -> int:
+        """An integer field; ``default`` (when given) if the field is absent or null. Every field the
+        families read is a count or a size: below ``minimum`` (1 for what divides) is refused."""
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
@@ -111,6 +112,8 @@ class ModelConfig:
             return int(default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise MappingError(f"config.json `{key}` is {value!r}, expected an integer", field=key)
+        if value < minimum:
+            raise MappingError(f"config.json `{key}` is {value}, expected an integer of at least {minimum}", field=key)
         return value
 
     def get_optional_int(self, key: str) -> int | None:

@@ -54,6 +54,10 @@ class Location:
 
 
 _GLOBAL = Location(Scope.GLOBAL)
+#: the most tensors a config.json may describe: the largest models are far below it (DeepSeek-V3
+#: 46,183; Kimi-K2 about 70,000), and listing them is memory and time, so a config claiming more (a
+#: lie, or a number typed wrong) is refused before anything is listed
+MAX_TENSORS = 500_000
 
 
 @dataclass(frozen=True)
@@ -380,6 +384,7 @@ class NameMapper:
         """
         if self.num_layers is None:
             raise MappingError("listing a model's tensors needs its config.json", hint="pass config=")
+        self._check_size()
         # HF order: the embedding before the layers, the final norm and lm_head after them.
         globals_first = [e for e in self.family.global_entries if e.pieces[0].role is Role.EMBEDDING]
         globals_last = [e for e in self.family.global_entries if e not in globals_first]
@@ -391,6 +396,25 @@ class NameMapper:
             yield from self._iter_entries(self.family.layer_entries, Location(Scope.MTP_LAYER, k, hf_layer))
             yield from self._iter_entries(self.family.mtp_glue_entries, Location(Scope.MTP_GLUE, k, hf_layer))
         yield from self._iter_entries(globals_last, _GLOBAL)
+
+    def _check_size(self) -> None:
+        """Refuse a config describing more than :data:`MAX_TENSORS` tensors (counted, not listed: an
+        upper bound, every layer entry taken as present)."""
+        assert self.num_layers is not None
+        experts = max(self.dims.get(self.family.num_experts_dim, 0), 1)
+        per_layer = sum(
+            len(e.pieces) * (experts if any(p.pattern.wildcards for p in e.pieces) else 1)
+            for e in (*self.family.layer_entries, *self.family.mtp_glue_entries)
+        )
+        count = len(self.family.global_entries) + max(self.num_layers + self.num_mtp_layers, 0) * per_layer
+        if count > MAX_TENSORS:
+            raise MappingError(
+                f"config.json describes up to {count:,} tensors ({self.num_layers} layers"
+                + (f", {self.num_mtp_layers} MTP layers" if self.num_mtp_layers else "")
+                + (f", {experts} experts" if experts > 1 else "")
+                + f"), over {MAX_TENSORS:,} (the largest real models have under 100,000)",
+                hint="the config.json does not describe a real model: check num_hidden_layers and the expert count",
+            )
 
     def _iter_entries(self, entries: Any, location: Location) -> Iterator[tuple[Match, int]]:
         for entry in entries:

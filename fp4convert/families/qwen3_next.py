@@ -132,7 +132,7 @@ def _is_full_attention(config: ModelConfig, layer: int) -> bool:
         return True
     layer_types = config.data.get("layer_types")
     if layer_types is None:
-        return (layer + 1) % config.get_int("full_attention_interval", default=4) == 0
+        return (layer + 1) % config.get_int("full_attention_interval", default=4, minimum=1) == 0
     if (
         not isinstance(layer_types, list)
         or len(layer_types) != num_layers

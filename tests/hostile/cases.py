@@ -194,6 +194,18 @@ SOURCE_CASES: tuple[Case, ...] = (
     Case("config", "moe-intermediate", _set_config(moe_intermediate_size=48), r"moe_intermediate_size=48"),
     Case("config", "not-an-object", lambda ws: (ws.src / "config.json").write_text("[1]"), r"expected a JSON object"),
     Case("config", "unknown-model", _set_config(model_type="gpt9", architectures=["Gpt9"]), r"gpt9"),
+    # found by feeding lying config.json values to convert: a trillion experts was listed (memory ran out);
+    # a zero that divides was a ZeroDivisionError
+    Case("config", "trillion-experts", _set_config(num_experts=10**12), r"describes up to [\d,]+ tensors"),
+    Case("config", "layers-huge", _set_config(num_hidden_layers=10**9), r"describes up to [\d,]+ tensors"),
+    Case(
+        "config",
+        "zero-kv-heads",
+        _set_config(num_key_value_heads=0),
+        r"num_key_value_heads` is 0, expected an integer of at least 1",
+    ),
+    Case("config", "zero-sparse-step", _set_config(decoder_sparse_step=0), r"decoder_sparse_step` is 0, expected"),
+    Case("config", "negative-layers", _set_config(num_hidden_layers=-3), r"num_hidden_layers` is -3, expected"),
     Case("config", "gemm-missing", _missing_gemm, rf"{EXPERT} is missing \(config\.json implies it\)"),
     Case("config", "in-two-shards", _in_two_shards, r"'lm_head\.weight' is stored in both"),
     Case("config", "absent-from-index", _absent_from_index, rf"holds '{NORM}', which .*index\.json does not list"),

@@ -1,9 +1,11 @@
-"""A header that claims huge sizes is refused from its numbers alone: in bounded time and memory,
-before any byte of data is read or any buffer of the claimed size is allocated."""
+"""A header that claims huge sizes, or a config.json that describes a huge model, is refused from its
+numbers alone: in bounded time and memory, before any byte of data is read, any buffer of the claimed
+size is allocated or any of the claimed tensors is listed."""
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import time
 import tracemalloc
@@ -12,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, read_header
-from fp4convert.errors import CheckpointError
+from fp4convert.errors import CheckpointError, Fp4ConvertError, MappingError
+from fp4convert.families import inventory_from_config, load_config
 
 #: what refusing one crafted header may cost at most (a real 2**81-byte claim would need ~2 ZiB)
 SECONDS = 2.0
@@ -37,11 +40,11 @@ _CLAIMS = {
 }
 
 
-def _bounded(action) -> CheckpointError:
+def _bounded(action, error: type[Fp4ConvertError] = CheckpointError) -> Fp4ConvertError:
     tracemalloc.start()
     started = time.perf_counter()
     try:
-        with pytest.raises(CheckpointError) as err:
+        with pytest.raises(error) as err:
             action()
         seconds = time.perf_counter() - started
         _, peak = tracemalloc.get_traced_memory()
@@ -66,3 +69,14 @@ def test_a_length_prefix_claiming_huge_headers_is_refused_cheaply(tmp_path, leng
     )
     error = _bounded(lambda: read_header(path))
     assert f"header length {length} exceeds" in str(error)
+
+
+@pytest.mark.parametrize(
+    "claim", [{"num_experts": 10**12}, {"num_hidden_layers": 10**9}, {"num_hidden_layers": 2000, "num_experts": 512}]
+)
+def test_a_config_describing_huge_models_is_refused_before_listing_them(claim):
+    # a config.json is listed tensor by tensor (plan, explain, convert's consistency check): one
+    # claiming far more tensors than any model has is refused from its numbers
+    config = {**load_config("Qwen3-30B-A3B"), **claim}
+    error = _bounded(lambda: inventory_from_config(config), MappingError)
+    assert re.search(r"describes up to [\d,]+ tensors", str(error))
