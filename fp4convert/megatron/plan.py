@@ -30,6 +30,7 @@ from fp4convert.errors import MappingError
 from fp4convert.families import family_for_config, get_family, inventory_from_config, load_config
 from fp4convert.plan import (
     PlannedTensor,
+    checked_calibration,
     members_of,
     plan_problems,
     plan_tensors,
@@ -261,6 +262,7 @@ def export_plan(
         the_config = dict(config) if isinstance(config, Mapping) else load_config(config)
         per_token = the_contract.formats.nvfp4.per_token_activations
         the_dialect = get_dialect(dialect, per_token_activations=per_token) if isinstance(dialect, str) else dialect
+        calibration = None if calibration is None else checked_calibration(calibration)
         key = (
             contract_hash(the_contract),
             family,

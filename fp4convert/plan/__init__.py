@@ -19,7 +19,13 @@ The live export's plan is :func:`fp4convert.megatron.export_plan`, built on the 
 from __future__ import annotations
 
 from fp4convert.plan.checks import fused_moe_problems, plan_problems, refuse, shape_problem, uncalibrated_modules
-from fp4convert.plan.conversion import ConversionPlan, load_calibration, plan_conversion, validate_conversion
+from fp4convert.plan.conversion import (
+    ConversionPlan,
+    checked_calibration,
+    load_calibration,
+    plan_conversion,
+    validate_conversion,
+)
 from fp4convert.plan.footprint import EXPERT_ROLES, Plan, PlanRow, Totals, build_plan, human_bytes
 from fp4convert.plan.quantize import (
     SharedAmax,
@@ -41,6 +47,7 @@ __all__ = [
     "SharedAmax",
     "Totals",
     "build_plan",
+    "checked_calibration",
     "fused_moe_problems",
     "group_input_amax",
     "human_bytes",

@@ -19,12 +19,13 @@ from fp4convert.checkpoint.source import SourceCheckpoint, output_shard_names
 from fp4convert.contract import Contract
 from fp4convert.dialects import Dialect
 from fp4convert.errors import ConversionError
+from fp4convert.formats.spec import FLT_MAX
 from fp4convert.inventory import ModelInventory
 from fp4convert.plan.checks import plan_problems, refuse, uncalibrated_modules
 from fp4convert.plan.collector import gc_paused
 from fp4convert.plan.tensors import PlannedTensor, plan_tensors, shared_scale_groups
 
-__all__ = ["ConversionPlan", "load_calibration", "plan_conversion", "validate_conversion"]
+__all__ = ["ConversionPlan", "checked_calibration", "load_calibration", "plan_conversion", "validate_conversion"]
 
 
 @dataclass
@@ -113,21 +114,39 @@ def load_calibration(path: str | Path) -> dict[str, float]:
     """Activation amaxes per HF module name, from a JSON object ``{module: amax}``.
 
     Raises:
-        ConversionError: unreadable, not an object, or a value that is not a positive number.
+        ConversionError: unreadable, or not what :func:`checked_calibration` accepts.
     """
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConversionError(f"{path}: calibration file is not readable JSON ({exc})", file=str(path)) from exc
-    if not isinstance(data, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in data.values()
-    ):
-        raise ConversionError(
-            f"{path}: expected a JSON object mapping module names to positive activation amaxes",
-            hint='e.g. {"model.layers.0.mlp.experts.0.gate_proj": 12.5}',
-            file=str(path),
-        )
+    return checked_calibration(data, str(path))
+
+
+def checked_calibration(data: object, origin: str = "calibration") -> dict[str, float]:
+    """``{module: amax}`` with every amax a positive number a float32 holds (an input scale is
+    ``amax / 2688`` in float32: an infinite one, from ``Infinity`` or 1e39 in a JSON file, makes every
+    activation it scales NaN in the engine).
+
+    Example:
+        >>> checked_calibration({"model.layers.0.mlp.experts.0.gate_proj": 12.5})
+        {'model.layers.0.mlp.experts.0.gate_proj': 12.5}
+
+    Raises:
+        ConversionError: not an object, or naming the first value that is not such a number.
+    """
+    hint = 'e.g. {"model.layers.0.mlp.experts.0.gate_proj": 12.5}'
+    if not isinstance(data, Mapping):
+        raise ConversionError(f"{origin}: expected a JSON object mapping module names to activation amaxes", hint=hint)
+    for module, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= FLT_MAX:
+            raise ConversionError(
+                f"{origin}: the activation amax of {module!r} is {value!r}; expected a positive number at most "
+                f"{FLT_MAX:.7g} (a float32's largest)",
+                hint=hint,
+                tensor=str(module),
+            )
     return {str(k): float(v) for k, v in data.items()}
 
 

@@ -12,6 +12,14 @@ from _helpers import NVFP4_EXPERTS
 from hostile.cases import EXPERT
 from hostile.corpus import ERROR, USAGE, Expect, judge, run_cli
 
+
+def _written(ws, name: str, text: str):
+    """A file of the workspace holding ``text`` (written outside every folder a command may write)."""
+    path = ws.root / name
+    path.write_text(text)
+    return path
+
+
 # name -> (argv builder over the workspace, expectation)
 ARGUMENTS = {
     "convert-device-bogus": (
@@ -74,6 +82,26 @@ ARGUMENTS = {
         lambda ws: ["convert", ws.src, ws.dst, "--contract", NVFP4_EXPERTS, "--calibration", ws.victim / "secret.txt"],
         Expect(ERROR, r"secret\.txt: calibration file is not readable JSON"),
     ),
+    **{  # JSON's Infinity, and numbers past float32: an infinite input scale makes the engine's activations NaN
+        f"calibration-{name}": (
+            lambda ws, text=text: [
+                "convert",
+                ws.src,
+                ws.dst,
+                "--contract",
+                NVFP4_EXPERTS,
+                "--calibration",
+                _written(ws, "c.json", text),
+            ],
+            Expect(ERROR, rf"c\.json: the activation amax of 'm' is {re.escape(shown)}; expected a positive number"),
+        )
+        for name, text, shown in (
+            ("infinite", '{"m": Infinity}', "inf"),
+            ("past-float32", '{"m": 1e39}', "1e+39"),
+            ("nan", '{"m": NaN}', "nan"),
+            ("zero", '{"m": 0}', "0"),
+        )
+    },
     "plot-unwritable": (
         lambda ws: ["plan", NVFP4_EXPERTS, "--model", ws.src, "--plot", ws.root / "no" / "such" / "plan.png"],
         Expect(ERROR, r"plan\.png: no such file or directory \(ENOENT\)"),

@@ -7,7 +7,7 @@ from _helpers import NVFP4_EXPERTS
 
 from fp4convert.checkpoint import inventory_from_checkpoint
 from fp4convert.contract import load_contract
-from fp4convert.errors import MappingError
+from fp4convert.errors import ConversionError, MappingError
 from fp4convert.megatron import export_plan
 
 
@@ -69,3 +69,11 @@ def test_ep_placement(model):
         plan.experts_per_rank(3)
     with pytest.raises(MappingError, match=r"EP rank 2 of size 2 is not a valid expert-parallel position"):
         plan.expected(2, 2)
+
+
+@pytest.mark.parametrize("amax", [float("inf"), 1e39, float("nan"), 0.0, -1.0, True, "12"])
+def test_a_calibration_that_no_float32_input_scale_can_hold_is_refused(amax, model):
+    _, config = model("qwen3_moe")
+    module = "model.layers.0.mlp.experts.3.gate_proj"
+    with pytest.raises(ConversionError, match=rf"the activation amax of '{module}' is .*expected a positive number"):
+        export_plan(contract=NVFP4_EXPERTS, config=config, include_input_scale=True, calibration={module: amax})
