@@ -80,8 +80,16 @@ class SourceWeights:
 
 @contextmanager
 def source_weights(source: str | Path) -> Iterator[SourceWeights]:
-    """Open a BF16 source (folder or repo id) for reading weights by name."""
-    weights = SourceWeights(open_checkpoint(resolve_source(source)))
+    """Open a BF16 source (folder or repo id) for reading weights by name, once it passes the checks
+    a conversion makes of its source (names, shapes and dtypes against config.json: a header that
+    lies is refused here as ``convert`` refuses it, not met later as a tensor no kernel takes).
+
+    Raises:
+        CheckpointError, MappingError: the source is not a checkpoint of its config's model.
+    """
+    checkpoint = open_checkpoint(resolve_source(source))
+    checkpoint.inventory()
+    weights = SourceWeights(checkpoint)
     try:
         yield weights
     finally:

@@ -4,11 +4,14 @@ corrupt shards and missing files become findings, an unreadable folder is one er
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import pytest
 import torch
 from doctor.corpus import copy_base
 from doctor.damage import INDEX
+from hostile.corpus import edit_header, shard_of
 from safetensors.torch import save_file
 
 from fp4convert.doctor import doctor_checkpoint
@@ -74,3 +77,15 @@ def test_pickles_only_is_unreadable(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04not unpickled")
     with pytest.raises(CheckpointError, match="no readable"):
         doctor_checkpoint(tmp_path)
+
+
+def test_a_source_whose_header_lies_is_refused_as_convert_refuses_it(base, source_of, tmp_path):
+    # --source is read for the provenance check: a weight its header calls I16 (the same bytes) was an
+    # internal KeyError in the NVFP4 kernel; it is refused up front, naming the tensor, as convert does
+    folder = copy_base(base("mo-nvfp4"), tmp_path / "c")
+    source = tmp_path / "src"
+    shutil.copytree(source_of("mo-nvfp4"), source)
+    expert = "model.layers.0.mlp.experts.1.up_proj.weight"
+    edit_header(shard_of(source, expert), lambda h: h[expert].update(dtype="I16"))
+    with pytest.raises(CheckpointError, match=rf"{re.escape(expert)} is int16"):
+        doctor_checkpoint(folder, source=source)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from hostile.corpus import (
 #: tensors the source cases edit (a routed expert, quantized NVFP4 by the corpus contract; a norm;
 #: an attention projection, kept BF16 by it)
 EXPERT = "model.layers.0.mlp.experts.1.down_proj.weight"
+UP = "model.layers.0.mlp.experts.1.up_proj.weight"  # an expert weight with a fused sibling (gate_proj)
 NORM = "model.layers.0.post_attention_layernorm.weight"
 ATTENTION = "model.layers.0.self_attn.o_proj.weight"
 FIRST_SHARD = "model-00001-of-00008.safetensors"
@@ -318,6 +320,15 @@ OUTPUT_CASES: tuple[Case, ...] = (
         r"cover \d+ bytes|missing|differ",
     ),
     Case("tampered", "output-byte", _flip_data_byte, r"differ"),
+    Case(  # found by fuzzing output headers: the shared-scale check read a [32, 4] block scale as the value
+        "tampered",
+        "scale-names-traded",
+        lambda ws: edit_header(
+            shard_of(ws.out, f"{UP}_scale"),
+            lambda h: h.update({f"{UP}_scale": h[f"{UP}_scale_2"], f"{UP}_scale_2": h[f"{UP}_scale"]}),
+        ),
+        rf"{re.escape(UP)}_scale: .*F32 \[\], expected F8_E4M3",
+    ),
     Case(  # no tensor's bytes change: verify reads the header's metadata too
         "tampered",
         "shard-metadata",

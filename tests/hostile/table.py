@@ -125,6 +125,7 @@ _DOCTOR: dict[str, Expect] = {
         )
     },
     "tampered/shard-metadata": Expect(OK, why=_METADATA_UNREAD),
+    "tampered/scale-names-traded": Expect(FAILS, r"error\[structure/dtype-mismatch\]: .*\n.*up_proj\.weight_scale"),
 }
 
 #: (command, case id or family) -> what the command does instead of refusing with ``case.says``
@@ -251,8 +252,16 @@ DECISIONS: dict[tuple[str, str], Expect] = {
     **{
         ("validate-export-dump", case.id): Expect(OK, why=_NOT_A_VERIFIER)
         for case in OUTPUT_CASES + INDEX_OUTPUT_CASES
-        if case.id not in ("stray-file/safetensors", "tampered/output-byte", "truncated/output-shard", "missing/shard")
+        if case.id
+        not in (
+            "stray-file/safetensors",
+            "tampered/output-byte",
+            "tampered/scale-names-traded",
+            "truncated/output-shard",
+            "missing/shard",
+        )
     },
+    ("validate-export-dump", "tampered/scale-names-traded"): Expect(FAILS, r"FAIL dtype .*up_proj\.weight_scale"),
     ("validate-export-dump", "stray-file/safetensors"): Expect(FAILS, r"FAIL duplicate .*model-extra\.safetensors"),
     ("validate-export-dump", "tampered/output-byte"): Expect(FAILS, r"FAIL"),
     ("validate-export-dump", "truncated/output-shard"): Expect(ERROR, r"cover \d+ bytes"),
