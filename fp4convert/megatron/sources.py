@@ -16,9 +16,9 @@ import torch
 
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import checked_file
-from fp4convert.errors import CheckpointError
+from fp4convert.errors import CheckpointError, MappingError
 
-__all__ = ["SafetensorsFolder", "meta_dtype", "tensor_meta"]
+__all__ = ["MASTER_DTYPES", "SafetensorsFolder", "check_master_tensor", "meta_dtype", "tensor_meta"]
 
 
 class SafetensorsFolder(Mapping[str, torch.Tensor]):
@@ -104,6 +104,38 @@ def tensor_meta(tensors: Mapping[str, torch.Tensor], name: str) -> tuple[str, tu
         return meta(name)
     tensor = tensors[name]
     return meta_dtype(tensor.dtype), tuple(tensor.shape)
+
+
+#: what a master tensor may hold: the values the quantizers read (a learner's BF16 parameters; norms
+#: may be FP32), never an integer, bool or FP8 tensor
+MASTER_DTYPES = ("BF16", "F16", "F32")
+
+
+def check_master_tensor(key: str, tensor: torch.Tensor) -> None:
+    """Refuse a tensor no master may be: another dtype than :data:`MASTER_DTYPES`, or no values
+    (the meta device).
+
+    Raises:
+        MappingError: naming ``key`` and what it is.
+
+    Example:
+        >>> check_master_tensor("w", torch.zeros(2, dtype=torch.int8))
+        Traceback (most recent call last):
+        ...
+        fp4convert.errors.MappingError: master tensor `w` is I8, not BF16, F16 or F32; pass the learner's ...
+    """
+    dtype = meta_dtype(tensor.dtype)
+    if dtype not in MASTER_DTYPES:
+        problem = f"is {dtype}, not BF16, F16 or F32"
+    elif tensor.is_meta:
+        problem = "is on the meta device: it holds no values"
+    else:
+        return
+    raise MappingError(
+        f"master tensor `{key}` {problem}",
+        hint="pass the learner's parameters as it trains them (BF16, FP16 or FP32, materialized)",
+        tensor=key,
+    )
 
 
 def meta_dtype(dtype: torch.dtype) -> str:

@@ -35,6 +35,7 @@ from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_gr
 from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
 from fp4convert.megatron.replay import GraphReplay
 from fp4convert.megatron.resolve import MasterNames, Piece
+from fp4convert.megatron.sources import check_master_tensor
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["LiveExporter", "bucketed"]
@@ -43,6 +44,9 @@ _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
 
 Pair = tuple[str, torch.Tensor]
+#: what one master tensor gives: unpacked or not, (piece, group: -1 for high precision) per HF tensor,
+#: and the dtype it was checked with (None: predicted from the plan, not yet seen)
+_Record = tuple[bool, list[tuple[Piece, int]], torch.dtype | None]
 
 
 class _OutputSet:
@@ -242,7 +246,9 @@ class LiveExporter:
             position += len(item.outputs)
         self.num_outputs = position
         self._firsts = [[self._position[item.info.name] for item in group.items] for group in self.groups]
-        self._records: dict[tuple[str, tuple[int, ...]], tuple[bool, list[tuple[Piece, int]]]] = {}
+        #: (name, shape) -> what that master tensor gives, and the dtype it was checked with (None:
+        #: predicted by the constructor, not yet seen)
+        self._records: dict[tuple[str, tuple[int, ...]], _Record] = {}
         self._sets: list[_OutputSet] = []
         self.output_sets = output_sets
         self.cuda_graphs = cuda_graphs
@@ -264,7 +270,7 @@ class LiveExporter:
         pieces_of: dict[str, Piece] = {}
         for key, shape in self.names.prepare():
             try:
-                _, members = self._record(key, shape)
+                _, members, _ = self._record(key, shape)
             except MappingError:  # not this learner's shape after all: resolved when it comes
                 continue
             pieces_of.update((piece.name, piece) for piece, _ in members)
@@ -335,11 +341,16 @@ class LiveExporter:
         pieces_of: dict[str, Piece] = {}
         records = self._records
         for key, tensor in params:
+            if tensor.is_meta:  # checked at every sync: a record made from a real tensor would let it pass
+                check_master_tensor(key, tensor)
             shape = tuple(tensor.shape)
             record = records.get((key, shape))
             if record is None:
-                record = self._record(key, shape)
-            stacked, members = record
+                record = self._record(key, shape, tensor)
+            elif record[2] is not tensor.dtype:  # predicted, or another dtype than last time: checked
+                check_master_tensor(key, tensor)
+                record = records[(key, shape)] = (record[0], record[1], tensor.dtype)
+            stacked, members, _ = record
             if stacked:
                 subs = unpack(key, tensor, experts_per_rank=self.names.per_rank, q_lora_rank=self.names.q_lora_rank)
                 for index, (_, view) in enumerate(subs or []):
@@ -373,14 +384,17 @@ class LiveExporter:
                 yield positions, ready
         yield from self._finish(out, counts, arrived, pieces_of)
 
-    def _record(self, key: str, shape: tuple[int, ...]) -> tuple[bool, list[tuple[Piece, int]]]:
-        """What a master tensor gives, resolved and checked once per (name, shape): whether it is
-        unpacked (stacked experts, fused MLA down projection), and each piece with its group (-1:
-        a high-precision tensor)."""
+    def _record(self, key: str, shape: tuple[int, ...], tensor: torch.Tensor | None = None) -> _Record:
+        """What a master tensor gives, resolved and checked once per (name, shape) (its dtype checked
+        again when it changes): whether it is unpacked (stacked experts, fused MLA down projection), each piece
+        with its group (-1: a high-precision tensor), and the dtype checked (``tensor`` None: the
+        plan's own layout, predicted by the constructor)."""
+        if tensor is not None:
+            check_master_tensor(key, tensor)
         pieces = self.names.pieces(key, shape)
         self._check(key, shape, pieces)
         members = [(p, self._member[p.name][0] if p.name in self._member else -1) for p in pieces]
-        record = (any(p.sub is not None for p in pieces), members)
+        record = (any(p.sub is not None for p in pieces), members, None if tensor is None else tensor.dtype)
         self._records[(key, shape)] = record
         return record
 

@@ -41,12 +41,16 @@ from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, gc_
 from fp4convert.megatron.replay import GraphReplay
 from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import MasterNames, Piece
-from fp4convert.megatron.sources import SafetensorsFolder, meta_dtype, tensor_meta
+from fp4convert.megatron.sources import (
+    MASTER_DTYPES,
+    SafetensorsFolder,
+    check_master_tensor,
+    meta_dtype,
+    tensor_meta,
+)
 from fp4convert.plan import PlannedTensor
 
 __all__ = ["ExportValidator", "validate_export", "validate_export_files"]
-
-_MASTER_DTYPES = ("BF16", "F16", "F32")  # what a BF16 master on disk may hold (norms may be F32)
 
 
 @dataclass
@@ -84,6 +88,7 @@ class _Compiled:
 _DTYPE = operator.attrgetter("dtype")
 _NBYTES = operator.attrgetter("nbytes")
 _SHAPE = operator.attrgetter("shape")
+_IS_META = operator.attrgetter("is_meta")
 
 
 def _as_expected(
@@ -282,8 +287,14 @@ class ExportValidator:
         else:  # tensors: names, dtypes and shapes as three lists (C-level passes, compared as they are)
             tensors = list(master.values())
             signature = (list(master), list(map(_DTYPE, tensors)), list(map(_SHAPE, tensors)))
+            if any(map(_IS_META, tensors)):  # no values: the layout alone would pass (a C-level pass)
+                key = next(k for k, t in master.items() if t.is_meta)
+                check_master_tensor(key, master[key])
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
+        if not hasattr(master, "meta"):  # a new layout: each tensor something the quantizers can read
+            for key, tensor in master.items():
+                check_master_tensor(key, tensor)
         compiled = None if hasattr(master, "meta") else self._canonical_layout(*signature)
         if compiled is None:
             compiled = self._compile_layout({key: tensor_meta(master, key) for key in master})
@@ -660,7 +671,7 @@ def validate_export_files(
         if masters.duplicates:
             name = next(iter(masters.duplicates))
             raise CheckpointError(f"master tensor {name!r} is stored in more than one file", tensor=name)
-        odd = next((n for n in masters if masters.meta(n)[0] not in _MASTER_DTYPES), None)
+        odd = next((n for n in masters if masters.meta(n)[0] not in MASTER_DTYPES), None)
         if odd is not None:  # a master is what the quantizers read: never an int, bool or FP8 tensor
             raise CheckpointError(
                 f"master tensor {odd!r} is {masters.meta(odd)[0]}, not BF16, F16 or F32",
