@@ -118,7 +118,7 @@ def _as_expected(
         fit = dtypes == compiled.dtypes and list(map(_SHAPE, tensors)) == compiled.shapes
     else:
         fit = dtypes == compiled.dtypes[start:end] and list(map(_SHAPE, tensors)) == compiled.shapes[start:end]
-    if not fit:
+    if not fit or any(map(_IS_META, tensors)):  # a meta tensor has no bytes: named by the slow pass
         return False
     if whole:
         ctx.fetched = cast(list[torch.Tensor], tensors)  # no None: each had a dtype
@@ -369,7 +369,7 @@ class ExportValidator:
             get = exported.get
             for name, dtype, shape, item in compiled.checks:
                 tensor = get(name)
-                if tensor is None or tensor.dtype != dtype or tensor.shape != shape:
+                if tensor is None or tensor.dtype != dtype or tensor.shape != shape or tensor.is_meta:
                     self._structure_finding(ctx, name, dtype, shape)
                     broken.add(item.info.name)
         ctx.structure_failed = [self.plan.items[n] for n in compiled.outputs if n in broken]
@@ -382,7 +382,9 @@ class ExportValidator:
             return
         got_dtype, got_shape = tensor_meta(ctx.exported, name)
         expected = f"expected {dtype_name(dtype)} {list(shape)}"
-        if got_dtype != dtype_name(dtype):
+        if getattr(ctx.exported[name], "is_meta", False):
+            ctx.add(Finding(name, "dtype", "a tensor on the meta device: it holds no bytes to compare"))
+        elif got_dtype != dtype_name(dtype):
             ctx.add(Finding(name, "dtype", f"{got_dtype} {list(got_shape)}, {expected}"))
         else:
             ctx.add(Finding(name, "shape", f"{list(got_shape)}, {expected}"))

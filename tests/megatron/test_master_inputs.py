@@ -1,8 +1,9 @@
 """What no master tensor may be: an integer, bool, complex or FP8 tensor, or one without values (the
 meta device). ``export_hf``, ``LiveExporter`` and ``validate_export`` refuse it with one MappingError
 naming the tensor, at a first sync and at a later one (what an earlier sync, or the constructor,
-resolved for that name and shape never lets it through). Found by feeding such masters to the live
-calls: each was an internal KeyError, RuntimeError or NotImplementedError."""
+resolved for that name and shape never lets it through); an exported tensor without values is a
+finding. Found by feeding such tensors to the live calls: each was an internal KeyError,
+RuntimeError or NotImplementedError."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ def test_a_tensor_no_master_may_be_is_refused_by_name(model, name, kind):
     for call in calls.values():
         with pytest.raises(MappingError, match=says):
             call()
+
+
+def test_an_exported_tensor_on_the_meta_device_is_a_finding(model):
+    hf, config = model("qwen3_moe")
+    master = hf_to_megatron(hf, "qwen3_moe", config)
+    exported = dict(export_hf(master, contract=NVFP4_EXPERTS, family=None, config=config))
+    name = "model.layers.0.mlp.experts.1.up_proj.weight_scale_2"
+    exported[name] = torch.empty(exported[name].shape, dtype=exported[name].dtype, device="meta")
+    report = validate_export(exported, master, contract=NVFP4_EXPERTS, family=None, config=config)
+    assert not report.ok
+    assert [(f.tensor, f.check) for f in report.findings if "meta device" in f.detail] == [(name, "dtype")]
