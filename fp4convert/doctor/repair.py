@@ -18,6 +18,7 @@ what remains), so ``DST`` never holds a repaired copy an engine would still fail
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -28,7 +29,7 @@ import torch
 
 from fp4convert.checkpoint.hashing import tensor_sha256
 from fp4convert.checkpoint.manifest import MANIFEST
-from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, shard_metadata
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile, StreamingWriter, dtype_name, shard_metadata
 from fp4convert.checkpoint.source import INDEX_NAME
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, Decision, contract_hash, load_contract, parse_contract
@@ -168,8 +169,11 @@ def _rederive(
             amax = shared.get(group) if group and arithmetic.shared else None
             made = encode_module(dialect, fmt, module, weights.read(f"{module}.weight").to(device), arithmetic, amax)
             for name, tensor in made.items():
-                entry = values.scan.tensors[name][1]
-                out[name] = tensor.cpu().reshape(entry.shape)
+                stored = values.scan.tensors.get(name)
+                # the stored spelling of the shape ([] or [1] for a global scale) where it holds these
+                # values; a header whose shape cannot (it lies) gets the dialect's own
+                shape = tensor.shape if stored is None else stored[1].shape
+                out[name] = tensor.cpu().reshape(shape) if math.prod(shape) == tensor.numel() else tensor.cpu()
     return out
 
 
@@ -200,9 +204,13 @@ def _write(
             shutil.copy2(scan.root / shard, staging / shard)
             continue
         with SafetensorsFile(scan.root / shard) as original:
-            writer = StreamingWriter(
-                staging / (shard + ".tmp"), [(e.name, e.dtype, e.shape) for e in entries], original.metadata or None
-            )
+            layout = [  # a replaced tensor as made (its header may have lied about it), the rest as stored
+                (e.name, dtype_name(replaced[e.name].dtype), tuple(replaced[e.name].shape))
+                if e.name in replaced
+                else (e.name, e.dtype, e.shape)
+                for e in entries
+            ]
+            writer = StreamingWriter(staging / (shard + ".tmp"), layout, original.metadata or None)
             for entry in entries:
                 writer.write(entry.name, replaced[entry.name] if entry.name in replaced else original.read(entry.name))
             writer.close()

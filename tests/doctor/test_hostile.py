@@ -9,12 +9,14 @@ import shutil
 
 import pytest
 import torch
+from _helpers import tree_hashes
 from doctor.corpus import copy_base
 from doctor.damage import INDEX
 from hostile.corpus import edit_header, shard_of
 from safetensors.torch import save_file
 
 from fp4convert.doctor import doctor_checkpoint
+from fp4convert.doctor.repair import repair_checkpoint
 from fp4convert.errors import CheckpointError
 
 
@@ -89,3 +91,18 @@ def test_a_source_whose_header_lies_is_refused_as_convert_refuses_it(base, sourc
     edit_header(shard_of(source, expert), lambda h: h[expert].update(dtype="I16"))
     with pytest.raises(CheckpointError, match=rf"{re.escape(expert)} is int16"):
         doctor_checkpoint(folder, source=source)
+
+
+def test_fix_on_a_header_that_traded_names_finishes_and_publishes_only_a_healthy_copy(base, source_of, tmp_path):
+    # a weight and its block scale trade names (each header entry well formed). Re-derived from the
+    # source, each new tensor keeps the dialect's own shape and dtype (the stored ones cannot hold
+    # it): both were internal errors (a reshape to the lying shape, a shard laid out from it). What
+    # doctor cannot mend is reported and nothing is published
+    folder = copy_base(base("mo-nvfp4"), tmp_path / "c")
+    weight = "model.layers.0.mlp.experts.1.up_proj.weight"
+    scale = weight + "_scale"
+    edit_header(shard_of(folder, weight), lambda h: h.update({weight: h[scale], scale: h[weight]}))
+    before = tree_hashes(folder)
+    report = repair_checkpoint(folder, tmp_path / "fixed", source=source_of("mo-nvfp4"))
+    assert tree_hashes(folder) == before and report.before is not None and report.after is not None
+    assert report.published == (report.after.findings == []) == (tmp_path / "fixed").is_dir()
