@@ -17,8 +17,16 @@ import torch
 from fp4convert.checkpoint.safetensors_io import SafetensorsFile, TensorEntry, dtype_name
 from fp4convert.checkpoint.source import checked_file
 from fp4convert.errors import CheckpointError, MappingError
+from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 
-__all__ = ["MASTER_DTYPES", "SafetensorsFolder", "check_master_tensor", "meta_dtype", "tensor_meta"]
+__all__ = [
+    "MASTER_DTYPES",
+    "MASTER_TORCH_DTYPES",
+    "SafetensorsFolder",
+    "check_master_tensor",
+    "meta_dtype",
+    "tensor_meta",
+]
 
 
 class SafetensorsFolder(Mapping[str, torch.Tensor]):
@@ -109,6 +117,8 @@ def tensor_meta(tensors: Mapping[str, torch.Tensor], name: str) -> tuple[str, tu
 #: what a master tensor may hold: the values the quantizers read (a learner's BF16 parameters; norms
 #: may be FP32), never an integer, bool or FP8 tensor
 MASTER_DTYPES = ("BF16", "F16", "F32")
+#: the same, as torch dtypes (a set: a whole master's dtypes are checked against it in one pass)
+MASTER_TORCH_DTYPES = frozenset(SAFETENSORS_DTYPES[d] for d in MASTER_DTYPES)
 
 
 def check_master_tensor(key: str, tensor: torch.Tensor) -> None:

@@ -43,6 +43,7 @@ from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import MasterNames, Piece
 from fp4convert.megatron.sources import (
     MASTER_DTYPES,
+    MASTER_TORCH_DTYPES,
     SafetensorsFolder,
     check_master_tensor,
     meta_dtype,
@@ -292,8 +293,8 @@ class ExportValidator:
                 check_master_tensor(key, master[key])
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
-        if not hasattr(master, "meta"):  # a new layout: each tensor something the quantizers can read
-            for key, tensor in master.items():
+        if not hasattr(master, "meta") and not set(signature[1]) <= MASTER_TORCH_DTYPES:  # a new layout
+            for key, tensor in master.items():  # names the first tensor the quantizers cannot read
                 check_master_tensor(key, tensor)
         compiled = None if hasattr(master, "meta") else self._canonical_layout(*signature)
         if compiled is None:
