@@ -354,12 +354,14 @@ def _check_shared_scales(
     for name, info in manifest["tensors"].items():
         if info["format"] == "nvfp4" and info.get("fused_group"):
             groups.setdefault(info["fused_group"], []).append(name)
+    # the global scale as the dialect stores it ([] or [1], F32); any other header is the dtype
+    # check's failure, not a value to compare
+    stored = (dialect.output_dtypes["nvfp4"]["global"], dialect.global_shape)
     for group, members in groups.items():
         scales = []
         for name in members:
             out = dialect.output_name(module_of(name), "nvfp4", "global")
-            # one F32 value each; any other header is the dtype check's failure, not a value to compare
-            if out is not None and out in found and (found[out][1].dtype, found[out][1].shape) == ("F32", ()):
+            if out is not None and out in found and (found[out][1].dtype, found[out][1].shape) == stored:
                 scales.append((name, _tensor_bytes(directory, found[out][0], out, cache)))
         same = all(
             torch.equal(s.reshape(-1).view(torch.uint8), scales[0][1].reshape(-1).view(torch.uint8))

@@ -27,10 +27,11 @@ def output(converted, tmp_path):
     return out
 
 
-def _rewrite(out, edit, *, update_manifest: bool) -> None:
-    """Apply ``edit(tensors) -> tensors`` to the shard holding GATE, optionally re-hashing the manifest."""
+def _rewrite(out, edit, *, update_manifest: bool, holding: str = f"{GATE}.weight") -> None:
+    """Apply ``edit(tensors) -> tensors`` to the shard holding ``holding`` (GATE's weight), optionally
+    re-hashing the manifest."""
     index = json.loads((out / "model.safetensors.index.json").read_text())
-    shard = index["weight_map"][f"{GATE}.weight"]
+    shard = index["weight_map"][holding]
     tensors = edit(load_file(str(out / shard)))
     save_file(tensors, str(out / shard), metadata={"format": "pt"})
     index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v != shard or k in tensors}
@@ -103,12 +104,19 @@ def test_wrong_scale_dtype(output):
     assert "is U8, expected F8_E4M3" in report.failures[0].detail
 
 
-def test_gate_up_scale_mismatch(output):
+@pytest.mark.parametrize(
+    ("dialect", "global_scale"),
+    [("modelopt", "weight_scale_2"), ("compressed-tensors", "weight_global_scale")],  # [] and [1]
+)
+def test_gate_up_scale_mismatch(converted, tmp_path, dialect, global_scale):
+    output = tmp_path / "out"
+    shutil.copytree(converted("qwen3_moe", dialect, NVFP4_EXPERTS), output)
+
     def separate_scales(tensors):
-        tensors[f"{GATE}.weight_scale_2"] = tensors[f"{GATE}.weight_scale_2"] * 0.75
+        tensors[f"{GATE}.{global_scale}"] = tensors[f"{GATE}.{global_scale}"] * 0.75
         return tensors
 
-    _rewrite(output, separate_scales, update_manifest=True)
+    _rewrite(output, separate_scales, update_manifest=True, holding=f"{GATE}.{global_scale}")
     report = verify_checkpoint(output)
     (failure,) = report.failures
     assert failure.check == "shared-scale" and failure.name == "model.layers.0.mlp.experts.2.gate_up"
