@@ -26,7 +26,10 @@ from fp4convert.errors import MappingError
 from fp4convert.families import family_for_config
 from fp4convert.version import __version__
 
-__all__ = ["finish_high_precision", "write_decoded"]
+__all__ = ["DEQUANTIZED_METADATA", "finish_high_precision", "write_decoded"]
+
+#: the ``__metadata__`` of every shard a dequantization writes
+DEQUANTIZED_METADATA = shard_metadata(f"fp4convert {__version__} dequantize")
 
 
 def _known_family(source: SourceCheckpoint) -> bool:
@@ -100,8 +103,7 @@ def write_decoded(
                 for name in tensors:
                     meta_dtype = getattr(torch, out_dtype(name))
                     layout.append((name, dtype_name(meta_dtype), view.tensors[name].shape))
-                metadata = shard_metadata(f"fp4convert {__version__} dequantize")
-                writer = StreamingWriter(tmp, layout, metadata=metadata)
+                writer = StreamingWriter(tmp, layout, metadata=DEQUANTIZED_METADATA)
                 for name in tensors:
                     tensor = decoded[name]
                     writer.write(name, tensor if view.tensors[name].source_format == "dense" else tensor.to(dtype))

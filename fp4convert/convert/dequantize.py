@@ -30,17 +30,15 @@ from fp4convert.checkpoint.safetensors_io import (
     StreamingWriter,
     TensorEntry,
     dtype_name,
-    shard_metadata,
 )
 from fp4convert.checkpoint.source import SourceCheckpoint, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import discard, prepare_staging, publish
-from fp4convert.convert.decoded import finish_high_precision, write_decoded
+from fp4convert.convert.decoded import DEQUANTIZED_METADATA, finish_high_precision, write_decoded
 from fp4convert.dialects import DIALECTS, Dialect, dialect_for_config
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.formats.codecs import e2m1_decode, e4m3_decode, e8m0_decode, unpack_fp4
 from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.verify.checkpoint import verify_checkpoint
-from fp4convert.version import __version__
 
 __all__ = ["DequantizeReport", "dequantize_checkpoint"]
 
@@ -182,8 +180,7 @@ def dequantize_checkpoint(
     try:
         for shard, outputs in plans.items():
             tmp = staging / (out_names[shard] + ".tmp")
-            metadata = shard_metadata(f"fp4convert {__version__} dequantize")
-            writer = StreamingWriter(tmp, [(n, d, s) for n, d, s, _ in outputs], metadata=metadata)
+            writer = StreamingWriter(tmp, [(n, d, s) for n, d, s, _ in outputs], metadata=DEQUANTIZED_METADATA)
             for name, _, _, how in outputs:
                 writer.write(name, read(name) if how is None else _decode(dialect, how, read, dtype))
                 weight_map[name] = out_names[shard]

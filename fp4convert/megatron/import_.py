@@ -30,11 +30,12 @@ import torch
 
 from fp4convert.checkpoint.decode import DecodedSource
 from fp4convert.checkpoint.hashing import file_sha256
-from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name, shard_metadata
+from fp4convert.checkpoint.safetensors_io import StreamingWriter, dtype_name
 from fp4convert.checkpoint.source import INDEX_NAME, SourceCheckpoint, open_checkpoint, output_shard_names
 from fp4convert.checkpoint.staging import prepare_staging, publish, write_json_atomic
 from fp4convert.contract import Contract, contract_hash, load_contract
 from fp4convert.contract.emit import emit
+from fp4convert.convert.shards import SHARD_METADATA
 from fp4convert.errors import ConversionError
 from fp4convert.families import ExpertLayout, MegatronSpelling, hf_to_megatron, packed_name
 from fp4convert.hub import resolve_source
@@ -133,7 +134,7 @@ def _write_shard(
     writer = StreamingWriter(
         tmp,
         [(t.name, t.dtype, t.shape) for t in targets],
-        metadata=shard_metadata(f"fp4convert {__version__}"),
+        metadata=SHARD_METADATA,
     )
     try:
         for target in targets:

@@ -21,6 +21,7 @@ from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 
 __all__ = [
     "MASTER_DTYPES",
+    "MASTER_DTYPES_PHRASE",
     "MASTER_TORCH_DTYPES",
     "SafetensorsFolder",
     "check_master_tensor",
@@ -119,6 +120,8 @@ def tensor_meta(tensors: Mapping[str, torch.Tensor], name: str) -> tuple[str, tu
 MASTER_DTYPES = ("BF16", "F16", "F32")
 #: the same, as torch dtypes (a set: a whole master's dtypes are checked against it in one pass)
 MASTER_TORCH_DTYPES = frozenset(SAFETENSORS_DTYPES[d] for d in MASTER_DTYPES)
+#: the same, as errors name them
+MASTER_DTYPES_PHRASE = f"{', '.join(MASTER_DTYPES[:-1])} or {MASTER_DTYPES[-1]}"
 
 
 def check_master_tensor(key: str, tensor: torch.Tensor) -> None:
@@ -136,7 +139,7 @@ def check_master_tensor(key: str, tensor: torch.Tensor) -> None:
     """
     dtype = meta_dtype(tensor.dtype)
     if dtype not in MASTER_DTYPES:
-        problem = f"is {dtype}, not BF16, F16 or F32"
+        problem = f"is {dtype}, not {MASTER_DTYPES_PHRASE}"
     elif tensor.is_meta:
         problem = "is on the meta device: it holds no values"
     else:

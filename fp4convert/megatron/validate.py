@@ -43,6 +43,7 @@ from fp4convert.megatron.report import ExportReport, Finding
 from fp4convert.megatron.resolve import MasterNames, Piece
 from fp4convert.megatron.sources import (
     MASTER_DTYPES,
+    MASTER_DTYPES_PHRASE,
     MASTER_TORCH_DTYPES,
     SafetensorsFolder,
     check_master_tensor,
@@ -252,7 +253,7 @@ class ExportValidator:
         #: Python pass over every expected tensor. BF16, the masters' usual dtype, is built now.
         self._canonical_compiled: dict[torch.dtype, _Compiled] = {}
         if self._canonical:
-            self._canonical_compiled[torch.bfloat16] = self._compile_layout(self._canonical_metas(torch.bfloat16))
+            self._canonical_plan(torch.bfloat16)
         #: expected items per format, as every report states them (fixed by the plan)
         self._formats: dict[str, int] = {}
         for item in self.items:
@@ -283,7 +284,8 @@ class ExportValidator:
     # -- what a master layout fixes ------------------------------------------------------------------
 
     def _compile(self, master: Mapping[str, torch.Tensor]) -> _Compiled:
-        if hasattr(master, "meta"):  # files: headers
+        files = hasattr(master, "meta")
+        if files:  # headers
             signature: tuple[Any, ...] = tuple((key, tensor_meta(master, key)) for key in master)
         else:  # tensors: names, dtypes and shapes as three lists (C-level passes, compared as they are)
             tensors = list(master.values())
@@ -293,10 +295,10 @@ class ExportValidator:
                 check_master_tensor(key, master[key])
         if self._compiled[0] == signature and self._compiled[1] is not None:
             return self._compiled[1]  # the same master layout as last sync: nothing to redo
-        if not hasattr(master, "meta") and not set(signature[1]) <= MASTER_TORCH_DTYPES:  # a new layout
+        if not files and not set(signature[1]) <= MASTER_TORCH_DTYPES:  # a new layout
             for key, tensor in master.items():  # names the first tensor the quantizers cannot read
                 check_master_tensor(key, tensor)
-        compiled = None if hasattr(master, "meta") else self._canonical_layout(*signature)
+        compiled = None if files else self._canonical_layout(*signature)
         if compiled is None:
             compiled = self._compile_layout({key: tensor_meta(master, key) for key in master})
         self._compiled = (signature, compiled)
@@ -308,15 +310,15 @@ class ExportValidator:
             return None
         if dict(zip(names, shapes, strict=True)) != self._canonical:  # torch.Size equals its tuple
             return None
-        dtype = dtypes[0]
-        if dtype not in self._canonical_compiled:
-            self._canonical_compiled[dtype] = self._compile_layout(self._canonical_metas(dtype))
-        return self._canonical_compiled[dtype]
+        return self._canonical_plan(dtypes[0])
 
-    def _canonical_metas(self, dtype: torch.dtype) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """(dtype, shape) of every tensor of the canonical layout, all of ``dtype``."""
-        name = meta_dtype(dtype)
-        return {key: (name, shape) for key, shape in self._canonical.items()}
+    def _canonical_plan(self, dtype: torch.dtype) -> _Compiled:
+        """What the canonical layout fixes with every tensor of ``dtype`` (built once per dtype)."""
+        if dtype not in self._canonical_compiled:
+            name = meta_dtype(dtype)
+            metas = {key: (name, shape) for key, shape in self._canonical.items()}
+            self._canonical_compiled[dtype] = self._compile_layout(metas)
+        return self._canonical_compiled[dtype]
 
     def _compile_layout(self, metas: Mapping[str, tuple[str, tuple[int, ...]]]) -> _Compiled:
         """What a master's names, dtypes and shapes (``metas``: name -> (safetensors dtype, shape), as
@@ -677,7 +679,7 @@ def validate_export_files(
         odd = next((n for n in masters if masters.meta(n)[0] not in MASTER_DTYPES), None)
         if odd is not None:  # a master is what the quantizers read: never an int, bool or FP8 tensor
             raise CheckpointError(
-                f"master tensor {odd!r} is {masters.meta(odd)[0]}, not BF16, F16 or F32",
+                f"master tensor {odd!r} is {masters.meta(odd)[0]}, not {MASTER_DTYPES_PHRASE}",
                 hint="validate against the high-precision master the exporter quantized from",
                 tensor=odd,
             )
