@@ -2,7 +2,9 @@
 
 Prints GB/s for: hashlib with 16 MiB preads (`update_from_file` before this stop), hashlib with one reused
 buffer (readinto), the same in a child process while this process runs N busy threads, and the
-`sha256sum` / `openssl` binaries. Usage: python bench/device/hash_probe.py FILE [FILE ...]
+`sha256sum` / `openssl` binaries; then the child `FileHashes` runs (1 MiB reads) against one hashing
+the mapped file (its way before stop 34), alone and one per FILE at once.
+Usage: python bench/device/hash_probe.py [--children] FILE [FILE ...]  (--children: those rows only)
 """
 
 from __future__ import annotations
@@ -50,12 +52,59 @@ def run_digest(command: list[str]) -> str:
     return subprocess.run(command, capture_output=True, check=True).stdout.split()[0].decode()
 
 
+# the FileHashes child before stop 34: sha256 of the mapped file's page-cache pages, in 16 MiB steps
+_MAPPED_CHILD = """
+import hashlib, mmap, os, sys
+sha, step = hashlib.sha256(), 16 << 20
+with open(sys.argv[1], "rb") as f:
+    size = os.fstat(f.fileno()).st_size
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        mapped.madvise(mmap.MADV_SEQUENTIAL)
+        view = memoryview(mapped)
+        for start in range(0, size, step):
+            sha.update(view[start : start + step])
+        view.release()
+print(sha.hexdigest())
+"""
+
+
+def _mapped(path: str) -> list[str]:
+    return [sys.executable, "-I", "-c", _MAPPED_CHILD, path]
+
+
+def _fresh(names: list[str]) -> dict[str, str]:
+    from fp4convert.checkpoint.file_hashes import FileHashes
+
+    with FileHashes("/", [os.path.abspath(f).lstrip("/") for f in names]) as hashes:
+        return hashes.hexdigests()
+
+
+def _all_mapped(files: list[str]) -> None:
+    procs = [subprocess.Popen(_mapped(f), stdout=subprocess.PIPE) for f in files]
+    for p in procs:
+        p.communicate()
+
+
+def children(files: list[str]) -> None:
+    """The FileHashes child against the mapped-file child: one file alone, then every file at once."""
+    path, total = files[0], sum(os.path.getsize(f) for f in files)
+    size, ref = os.path.getsize(path), file_sha256(path)
+    for _ in range(2):
+        assert timed("child, mapped file (before stop 34)", size, lambda: run_digest(_mapped(path))) == ref
+        assert timed("child, FileHashes (1 MiB reads)", size, lambda: _fresh([path])) == {path.lstrip("/"): ref}
+        timed(f"{len(files)} mapped-file children at once (sum of bytes)", total, lambda: _all_mapped(files))
+        timed(f"{len(files)} FileHashes children at once (sum of bytes)", total, lambda: _fresh(files))
+
+
 def main() -> None:
-    files = sys.argv[1:]
+    files = [a for a in sys.argv[1:] if a != "--children"]
     path = files[0]
     size = os.path.getsize(path)
     child = [sys.executable, "-I", "-c", _CHILD, path]
     reused(path, 64 << 20)  # page cache warm
+    if "--children" in sys.argv:
+        children(files)
+        return
     ref = timed("hashlib, 16 MiB preads (update_from_file)", size, lambda: _ranged(path, size))
     for mib in (1, 16, 64):
         assert timed(f"hashlib, reused {mib} MiB buffer", size, lambda m=mib: reused(path, m << 20)) == ref
@@ -93,6 +142,7 @@ def main() -> None:
             stop.set()
             for t in threads:
                 t.join()
+    children(files)
 
 
 def _ranged(path: str, size: int) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from fp4convert.checkpoint.file_hashes import FileHashes
 from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.checkpoint.source import SourceCheckpoint, open_checkpoint
 from fp4convert.checkpoint.staging import JOURNAL, Journal, check_resumable, prepare_staging, publish, release
@@ -52,7 +53,7 @@ from fp4convert.convert.integrity import (
 )
 from fp4convert.convert.manifest import build_manifest
 from fp4convert.convert.output import finish_output, output_names
-from fp4convert.convert.parallel import ShardJob, ShardResults, default_readers, write_shards
+from fp4convert.convert.parallel import ShardJob, ShardResults, default_readers, split_files_ahead, write_shards
 from fp4convert.convert.shards import ProgressHook, tensor_hashes
 from fp4convert.dialects import get_dialect
 from fp4convert.errors import CheckpointError, ConversionError
@@ -171,6 +172,7 @@ def _convert_shards(
     workers: int,
     calibration: Mapping[str, float] | None,
     hook: ProgressHook,
+    file_hashes: FileHashes,
 ) -> tuple[ShardResults, list[str], list[dict[str, Any]]]:
     """Write this rank's share of the output shards (keeping, when resuming, every finished shard
     whose tensors still hash as the journal says); rank 0 gets every rank's results.
@@ -225,6 +227,7 @@ def _convert_shards(
         calibration=calibration,
         workers=workers,
         readers=default_readers(workers),
+        file_hashes=file_hashes,
     )
 
     def local_hook(event: str, payload: Mapping[str, Any]) -> None:
@@ -379,88 +382,103 @@ def _convert(
     started = time.perf_counter()
     phases = _Phases()
     ckpt = open_checkpoint(source_path)
-    the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
-    the_dialect = get_dialect(dialect, per_token_activations=the_contract.formats.nvfp4.per_token_activations)
-    plan = plan_conversion(ckpt, the_contract, the_dialect, max_shard_size=max_shard_size)
-    calib = load_calibration(calibration) if calibration is not None else None
-    validate_conversion(plan, calib)
-    options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
-    fingerprint = _fingerprint(plan, options)
-    team.agree(
-        "arguments",
-        {
-            "source": location,
-            "destination": str(destination.resolve()),
-            "job (contract, dialect, options, source headers)": fingerprint,
-            "device": device,
-            "overwrite": overwrite,
-            "resume": resume,
-            "allow_nonfinite": allow_nonfinite,
-        },
-    )
-    phases.lap("plan")
-    journal = None
-    staging: Path | None = None
-    try:
-        if team.is_root:
-            staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
-            if resume:
-                check_resumable(staging, output_names(plan))
-            journal = Journal(staging, fingerprint, resume=resume)  # identifiable from the first byte on
-            check_source_unchanged(plan, journal.sources)
-            journal.note_stats(source_stats(plan.source.root, plan.source.shards))
-        staging = Path(team.broadcast("staging", str(staging) if team.is_root else None))
-        check_shared_staging(staging, team)
-        if team.is_root:
-            hook("plan", {"files": len(plan.by_output_file()), "tensors": len(plan.items), "bytes": plan.source_bytes})
-        phases.lap("staging")
-        shards, resumed, ranks = _convert_shards(
-            plan, staging, journal, team, device=team.device(device), workers=workers, calibration=calib, hook=hook
+    # A process alone starts hashing the source files it will read in several runs now: each
+    # file's sha256 is a chain on one core (about 2 s per 2 GB), the longest single steps of a
+    # conversion on many cores, and they run while it plans. (With several ranks, which rank hashes
+    # which file is known only from the plan.)
+    ahead = split_files_ahead(ckpt, default_readers(workers)) if team.world == 1 else []
+    with FileHashes(ckpt.root, ahead) as file_hashes:
+        the_contract = contract if isinstance(contract, Contract) else load_contract(contract)
+        the_dialect = get_dialect(dialect, per_token_activations=the_contract.formats.nvfp4.per_token_activations)
+        plan = plan_conversion(ckpt, the_contract, the_dialect, max_shard_size=max_shard_size)
+        calib = load_calibration(calibration) if calibration is not None else None
+        validate_conversion(plan, calib)
+        options = {"dialect": dialect, "max_shard_size": max_shard_size, "calibration": str(calibration)}
+        fingerprint = _fingerprint(plan, options)
+        team.agree(
+            "arguments",
+            {
+                "source": location,
+                "destination": str(destination.resolve()),
+                "job (contract, dialect, options, source headers)": fingerprint,
+                "device": device,
+                "overwrite": overwrite,
+                "resume": resume,
+                "allow_nonfinite": allow_nonfinite,
+            },
         )
-        phases.lap("shards")
-        outcome: dict[str, Any] = {}
-        if team.is_root:
-            assert journal is not None
-            journal.note_sources(shards.source_hashes)  # a run refused now (NaN) can be resumed shard for shard
-            if shards.nonfinite and not allow_nonfinite:
-                refuse_nonfinite(shards.nonfinite, staging)
-            # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
-            hub_commit = None if Path(location).is_dir() else source_path.name
-            outcome = _publish(
-                plan, ckpt, staging, destination, journal, shards, location, hub_commit, revision, device, calibration,
-                phases,
-            )  # fmt: skip
-            outcome["ranks"] = ranks
-    except CheckpointError as exc:
-        if exc.fields.get("errno") is None or staging is None:
-            raise
-        raise CheckpointError(  # a full disk, a read-only folder ...: what to do once it is fixed
-            exc.message,
-            hint=f"{exc.hint}; the shards finished so far stay in {staging}: continue with resume=True (--resume)",
-            **exc.fields,
-        ) from exc
-    finally:
-        if team.is_root and staging is not None:
-            release(staging)
-    outcome = team.broadcast("published", outcome)
-    hook("done", {})
-    return ConversionReport(
-        destination=str(destination),
-        dialect=the_dialect.name,
-        contract=the_contract.name,
-        contract_sha256=contract_hash(the_contract),
-        device=device,
-        tensors=len(plan.items),
-        formats=outcome["formats"],
-        source_bytes=plan.source_bytes,
-        output_bytes=outcome["output_bytes"],
-        seconds=time.perf_counter() - started,
-        files=sorted(plan.by_output_file()),
-        resumed_files=resumed,
-        nonfinite=outcome["nonfinite"],
-        ranks=outcome["ranks"],
-        phases=phases.seconds,
-    )
+        phases.lap("plan")
+        journal = None
+        staging: Path | None = None
+        try:
+            if team.is_root:
+                staging = prepare_staging(source_path, destination, overwrite=overwrite, resume=resume)
+                if resume:
+                    check_resumable(staging, output_names(plan))
+                journal = Journal(staging, fingerprint, resume=resume)  # identifiable from the first byte on
+                check_source_unchanged(plan, journal.sources)
+                journal.note_stats(source_stats(plan.source.root, plan.source.shards))
+            staging = Path(team.broadcast("staging", str(staging) if team.is_root else None))
+            check_shared_staging(staging, team)
+            if team.is_root:
+                counts = {"files": len(plan.by_output_file()), "tensors": len(plan.items), "bytes": plan.source_bytes}
+                hook("plan", counts)
+            phases.lap("staging")
+            shards, resumed, ranks = _convert_shards(
+                plan,
+                staging,
+                journal,
+                team,
+                device=team.device(device),
+                workers=workers,
+                calibration=calib,
+                hook=hook,
+                file_hashes=file_hashes,
+            )
+            phases.lap("shards")
+            outcome: dict[str, Any] = {}
+            if team.is_root:
+                assert journal is not None
+                journal.note_sources(shards.source_hashes)  # a run refused now (NaN) can be resumed shard for shard
+                if shards.nonfinite and not allow_nonfinite:
+                    refuse_nonfinite(shards.nonfinite, staging)
+                # A Hub snapshot lives in .../snapshots/<commit>/: record which commit was converted.
+                hub_commit = None if Path(location).is_dir() else source_path.name
+                outcome = _publish(
+                    plan, ckpt, staging, destination, journal, shards, location, hub_commit, revision, device,
+                    calibration, phases,
+                )  # fmt: skip
+                outcome["ranks"] = ranks
+        except CheckpointError as exc:
+            if exc.fields.get("errno") is None or staging is None:
+                raise
+            raise CheckpointError(  # a full disk, a read-only folder ...: what to do once it is fixed
+                exc.message,
+                hint=f"{exc.hint}; the shards finished so far stay in {staging}: continue with resume=True (--resume)",
+                **exc.fields,
+            ) from exc
+        finally:
+            if team.is_root and staging is not None:
+                release(staging)
+        outcome = team.broadcast("published", outcome)
+        hook("done", {})
+        return ConversionReport(
+            destination=str(destination),
+            dialect=the_dialect.name,
+            contract=the_contract.name,
+            contract_sha256=contract_hash(the_contract),
+            device=device,
+            tensors=len(plan.items),
+            formats=outcome["formats"],
+            source_bytes=plan.source_bytes,
+            output_bytes=outcome["output_bytes"],
+            seconds=time.perf_counter() - started,
+            files=sorted(plan.by_output_file()),
+            resumed_files=resumed,
+            nonfinite=outcome["nonfinite"],
+            ranks=outcome["ranks"],
+            phases=phases.seconds,
+        )
 
 
 def _publish(

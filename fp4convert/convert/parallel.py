@@ -6,8 +6,9 @@ One conversion process (one rank) gets a list of output shards (:class:`ShardJob
   several runs of tensors when there are more readers than files (:func:`split_streams`); sha256
   cannot be split within a file, so a file read by one stream is hashed from the bytes it reads
   (:class:`~fp4convert.checkpoint.file_hashes.SourceHashes`, its chain on a thread of its own) and
-  a file read in runs is hashed whole from disk on a thread of its own
-  (:class:`~fp4convert.checkpoint.file_hashes.FileHashes`);
+  a file read in runs is hashed whole from disk in a child process of its own
+  (:class:`~fp4convert.checkpoint.file_hashes.FileHashes`; a process alone starts those it can
+  tell from the headers before it plans, :func:`split_files_ahead`);
 * hands each tensor (or a whole fused group, once its last member is read: the group's shared
   amax is the maximum of its members', :mod:`fp4convert.convert.group_amax` for groups no stream
   holds whole) to a pool of ``workers`` threads that quantize it, hash each output tensor and
@@ -52,11 +53,12 @@ from fp4convert.checkpoint.positional_writer import PositionalWriter
 from fp4convert.checkpoint.read_buffers import ReadBuffers
 from fp4convert.checkpoint.reader import SourceReader
 from fp4convert.checkpoint.safetensors_io import read_header
+from fp4convert.checkpoint.source import SourceCheckpoint
 from fp4convert.convert.shards import SHARD_METADATA, ProgressHook
 from fp4convert.formats import kernels
 from fp4convert.plan import ConversionPlan, PlannedTensor, input_amax, member_amax, quantize_tensor
 
-__all__ = ["ShardJob", "ShardResults", "default_readers", "split_streams", "write_shards"]
+__all__ = ["ShardJob", "ShardResults", "default_readers", "split_files_ahead", "split_streams", "write_shards"]
 
 _WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background fdatasyncs
 # A quantizing worker runs a tensor's CPU kernel in its own thread below this many source bytes:
@@ -91,6 +93,9 @@ class ShardJob:
         workers: threads quantizing, hashing and writing.
         readers: source files streamed at once.
         budget: source bytes in flight at most, beyond room for the job's two largest tensors.
+        file_hashes: whole-file hashes already under way (a process alone starts those of the
+            files :func:`split_files_ahead` names before it plans); the job starts the others it
+            needs on it, and closes it.
     """
 
     plan: ConversionPlan
@@ -103,6 +108,7 @@ class ShardJob:
     workers: int
     readers: int = 1
     budget: int = 512 << 20
+    file_hashes: FileHashes | None = None
 
 
 @dataclass
@@ -192,10 +198,10 @@ class _Run:
         self.gpu: Any = threading.Lock() if cuda else contextlib.nullcontext()
         self.syncer = ThreadPoolExecutor(1, thread_name_prefix="fp4convert-writeback")
         # a file read front to back by one stream is hashed from the bytes read; a file several
-        # streams read in pieces is hashed from disk on a thread of its own
-        whole = [f for f in job.hash_files if f in split_files]
-        chained = [f for f in job.hash_files if f not in split_files]
-        self.file_hashes = FileHashes(self.plan.source.root, whole)
+        # streams read in pieces is hashed from disk in a child process (perhaps under way already)
+        self.file_hashes = job.file_hashes if job.file_hashes is not None else FileHashes(self.plan.source.root)
+        self.file_hashes.start(f for f in job.hash_files if f in split_files)
+        chained = [f for f in job.hash_files if f not in self.file_hashes.files]
         self.reader = SourceReader(
             self.plan.source,
             hashes=SourceHashes(self.plan.source, files=chained, fill_gaps=True),
@@ -373,17 +379,34 @@ class _Run:
         return {f: digests[f] for f in self.plan.source.shards if f in digests}
 
 
+def _runs(nbytes: int, count: int, total: int, readers: int) -> int:
+    """Runs a source file of ``count`` tensors and ``nbytes`` (of ``total``) is read in: its share
+    of the readers by bytes, one at least and one per tensor at most."""
+    return max(1, min(count, round(readers * nbytes / (total or 1))))
+
+
+def split_files_ahead(source: SourceCheckpoint, readers: int) -> list[str]:
+    """The source files :func:`split_streams` will cut into runs (hashed whole in a child process
+    each), told from the headers alone: a process alone starts hashing them before it plans, so
+    their sha256 chains, the longest single steps of a conversion on many cores, run meanwhile.
+    (The plan may read a little less of a file than its headers hold; a file guessed wrongly is
+    only hashed the other way, the result is the same.)"""
+    sizes = {f: (sum(e.nbytes for e in entries.values()), len(entries)) for f, entries in source.shards.items()}
+    total = sum(n for n, _ in sizes.values())
+    return [f for f, (n, count) in sizes.items() if _runs(n, count, total, readers) > 1]
+
+
 def split_streams(by_source: Mapping[str, list[PlannedTensor]], job: ShardJob) -> list[list[PlannedTensor]]:
     """The read streams: each source file's items (in its data order) cut into up to ``k`` runs of
     about equal bytes, ``k`` its share of ``job.readers`` by bytes, so a few large files still keep
     every reader busy (one stream per file left a 16-core host at a third of its cores). A cut never
     separates the members of a fused group that one stream must hold whole (groups whose amax was
     agreed beforehand, ``job.group_amax``, may be cut)."""
-    total = sum(i.bytes_before for items in by_source.values() for i in items) or 1
+    total = sum(i.bytes_before for items in by_source.values() for i in items)
     streams: list[list[PlannedTensor]] = []
     for items in by_source.values():
         nbytes = sum(i.bytes_before for i in items)
-        pieces = max(1, min(len(items), round(job.readers * nbytes / total)))
+        pieces = _runs(nbytes, len(items), total, job.readers)
         if pieces == 1:
             streams.append(items)
             continue

@@ -129,3 +129,24 @@ def test_close_stops_a_child_still_hashing(tmp_path):
     hashes.close()
     assert time.monotonic() - started < 10
     assert all(child.returncode is not None and child.returncode < 0 for child in hashes._children.values())
+
+
+def test_a_file_whose_bytes_differ_from_its_size_is_an_error_not_a_hash():
+    # a file that grows or shrinks while it is hashed would give the sha256 of other bytes than
+    # the ones converted; /proc files say 0 bytes and read more: the child's check, deterministically
+    from fp4convert.checkpoint.file_hashes import FileHashes
+
+    changed = r"cmdline: .*changed while it was hashed: 0 bytes when opened, \d+ read"
+    with FileHashes("/proc/self", ["cmdline"]) as hashes, pytest.raises(CheckpointError, match=changed):
+        hashes.hexdigests()
+
+
+def test_hashes_started_later_join_those_under_way(tiny_checkpoint):
+    from fp4convert.checkpoint.file_hashes import FileHashes
+
+    ckpt = open_checkpoint(tiny_checkpoint("qwen3_moe"))
+    files = list(ckpt.shards)
+    with FileHashes(ckpt.root, files[:3]) as hashes:
+        hashes.start(files[1:])  # a file started twice is hashed once
+        assert hashes.files == files
+        assert hashes.hexdigests() == {f: file_sha256(ckpt.root / f) for f in files}

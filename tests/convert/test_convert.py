@@ -11,8 +11,11 @@ import torch
 from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal, tree_hashes
 from safetensors import safe_open
 
+from fp4convert.checkpoint.hashing import file_sha256
+from fp4convert.checkpoint.source import open_checkpoint
 from fp4convert.contract import parse_contract
 from fp4convert.convert.execute import convert_checkpoint
+from fp4convert.convert.parallel import default_readers, split_files_ahead
 from fp4convert.errors import ConversionError
 from fp4convert.formats import quantize_mxfp8, quantize_nvfp4
 from fp4convert.verify.checkpoint import verify_checkpoint
@@ -382,4 +385,7 @@ def test_many_readers_cut_files_into_streams_and_write_the_same_bytes(tiny_check
     convert_checkpoint(src, tmp_path / "many", contract=NVFP4_EXPERTS, workers=64)
     _files_equal_but_created(tmp_path / "one", tmp_path / "many")
     manifest = json.loads((tmp_path / "many" / "fp4convert.json").read_text())
-    assert set(manifest["source"]["files"]) >= {p.name for p in src.glob("*.safetensors")}
+    # the files cut into runs were hashed whole by child processes started before the plan
+    assert split_files_ahead(open_checkpoint(src), default_readers(64))
+    shards = sorted(p.name for p in src.glob("*.safetensors"))
+    assert {f: manifest["source"]["files"][f] for f in shards} == {f: file_sha256(src / f) for f in shards}

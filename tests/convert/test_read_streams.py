@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -9,7 +10,7 @@ from _helpers import NVFP4_EXPERTS
 
 from fp4convert.checkpoint.source import open_checkpoint
 from fp4convert.contract import load_contract
-from fp4convert.convert.parallel import ShardJob, split_streams
+from fp4convert.convert.parallel import ShardJob, split_files_ahead, split_streams
 from fp4convert.dialects import get_dialect
 from fp4convert.plan import plan_conversion
 
@@ -81,3 +82,16 @@ def test_a_tensor_of_half_a_runs_share_is_read_in_a_run_of_its_own():
     job = SimpleNamespace(readers=2, plan=SimpleNamespace(groups={}), group_amax={})
     streams = split_streams({"f.safetensors": items}, job)  # type: ignore[arg-type]
     assert [[i.info.name for i in s] for s in streams] == [["a", "b"], ["big"], ["c", "d", "e"]]
+
+
+@pytest.mark.parametrize("readers", [1, 2, 5, 16, 64])
+@pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3", "llama"])
+def test_the_files_guessed_from_the_headers_are_the_files_cut_into_runs(tiny_checkpoint, tmp_path, family, readers):
+    # convert starts hashing these before it plans; a wrong guess costs time, never bytes, so the
+    # guess must match on checkpoints whose every tensor is converted
+    ckpt = open_checkpoint(tiny_checkpoint(family))
+    plan = plan_conversion(ckpt, load_contract(NVFP4_EXPERTS), get_dialect("modelopt"))
+    job = ShardJob(plan, tmp_path, sorted(plan.by_output_file()), (), {}, "cpu", None, workers=1, readers=readers)
+    streams = split_streams(_by_source(plan), job)
+    runs_per_file = Counter(s[0].source_file for s in streams)
+    assert set(split_files_ahead(ckpt, readers)) == {f for f, n in runs_per_file.items() if n > 1}
