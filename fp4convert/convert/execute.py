@@ -255,6 +255,10 @@ def _convert_shards(
     }
     records = team.gather("results", {**mine.__dict__, "figures": figures})
     results = merge_results(records) if records is not None else mine
+    # in the source's order whichever rank hashed which file: the manifest lists them so, and is
+    # then the single-process one byte for byte (but for its creation time)
+    hashed = results.source_hashes
+    results.source_hashes = {f: hashed[f] for f in plan.source.shards if f in hashed}
     for file, tensors in kept.items():  # kept only where the file's tensors hash as journaled
         results.sha.update(tensors)
         nonfinite = finished[file].get("nonfinite")
