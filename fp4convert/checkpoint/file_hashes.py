@@ -282,6 +282,10 @@ class FileHashes:
                 self._digests[file] = out.decode().strip()
             return self._digests[file]
 
+    def digest(self, file: str) -> str:
+        """sha256 of ``file`` (one of :attr:`files`; waits for it)."""
+        return self._collect(file)
+
     def finished(self) -> dict[str, str]:
         """sha256 of the files hashed whole so far."""
         return {f: self._collect(f) for f, child in self._children.items() if child.poll() is not None}

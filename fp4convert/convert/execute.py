@@ -221,7 +221,9 @@ def _convert_shards(
         plan,
         staging,
         files=[f for f in writing if owner[f] == team.rank],
-        hash_files=[f for f, r in hash_owners(plan, owner, team.world).items() if r == team.rank],
+        # the files the interrupted run hashed whole were hashed again and found unchanged before
+        # anything was kept (check_source_unchanged): their recorded sha256 stands
+        hash_files=[f for f, r in hash_owners(plan, owner, team.world).items() if r == team.rank and f not in hashed],
         group_amax=group_amax,
         device=device,
         calibration=calibration,
@@ -257,8 +259,8 @@ def _convert_shards(
     results = merge_results(records) if records is not None else mine
     # in the source's order whichever rank hashed which file: the manifest lists them so, and is
     # then the single-process one byte for byte (but for its creation time)
-    hashed = results.source_hashes
-    results.source_hashes = {f: hashed[f] for f in plan.source.shards if f in hashed}
+    known = {**hashed, **results.source_hashes}
+    results.source_hashes = {f: known[f] for f in plan.source.shards if f in known}
     for file, tensors in kept.items():  # kept only where the file's tensors hash as journaled
         results.sha.update(tensors)
         nonfinite = finished[file].get("nonfinite")
@@ -420,7 +422,7 @@ def _convert(
                 if resume:
                     check_resumable(staging, output_names(plan))
                 journal = Journal(staging, fingerprint, resume=resume)  # identifiable from the first byte on
-                check_source_unchanged(plan, journal.sources)
+                check_source_unchanged(plan, journal.sources, workers=workers, under_way=file_hashes)
                 journal.note_stats(source_stats(plan.source.root, plan.source.shards))
             staging = Path(team.broadcast("staging", str(staging) if team.is_root else None))
             check_shared_staging(staging, team)

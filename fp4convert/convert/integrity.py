@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fp4convert.checkpoint.file_hashes import FileHashes
 from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.errors import ConversionError
 from fp4convert.plan import ConversionPlan, PlannedTensor, members_of
@@ -53,19 +55,42 @@ def unchanged_inputs(
     return all(f in hashed or (f in recorded_stats and recorded_stats[f] == now.get(f)) for f in inputs)
 
 
-def check_source_unchanged(plan: ConversionPlan, recorded_hashes: Mapping[str, str]) -> None:
+def check_source_unchanged(
+    plan: ConversionPlan,
+    recorded_hashes: Mapping[str, str],
+    *,
+    workers: int = 1,
+    under_way: FileHashes | None = None,
+) -> None:
     """A resumed run continues from the same source bytes, or not at all.
 
+    The recorded files are hashed ``workers`` at a time (a checkpoint of hundreds of files is
+    minutes of one core's sha256); a file ``under_way`` hashes already is taken from it. Once this
+    passed, the run takes the recorded hashes as the files' own and does not hash them again.
+
     Raises:
-        ConversionError: naming the first source file whose sha256 differs from the one recorded.
+        ConversionError: naming the first source file (by name) whose sha256 differs from the one
+            recorded.
     """
-    for shard, recorded in sorted(recorded_hashes.items()):
+    files = sorted(recorded_hashes)
+
+    def now(shard: str) -> str | None:
         path = plan.source.root / shard
-        now = file_sha256(path) if shard in plan.source.shards and path.is_file() else None
-        if now != recorded:
+        if shard not in plan.source.shards or not path.is_file():
+            return None
+        if under_way is not None and shard in under_way.files:
+            return under_way.digest(shard)
+        return file_sha256(path)
+
+    with ThreadPoolExecutor(max(1, min(workers, len(files))), thread_name_prefix="fp4convert-recheck") as pool:
+        digests = list(pool.map(now, files))
+    for shard, digest in zip(files, digests, strict=True):
+        recorded = recorded_hashes[shard]
+        if digest != recorded:
             raise ConversionError(
                 f"the source changed since the interrupted run: {shard} had sha256 {recorded[:16]}..., "
-                f"now {now[:16] + '...' if now else 'it is gone'}; the finished shards were made from the old bytes",
+                f"now {digest[:16] + '...' if digest else 'it is gone'}; the finished shards were made from the old "
+                "bytes",
                 hint="pass overwrite=True (--overwrite) to convert the new source from the start",
                 file=shard,
             )

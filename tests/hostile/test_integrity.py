@@ -15,6 +15,7 @@ from _helpers import NVFP4_EXPERTS, tree_hashes
 from hostile.cases import EXPERT, NORM
 from hostile.corpus import INDEX, MANIFEST, assert_error, assert_same_output, edit_tensors, run_cli
 
+from fp4convert.checkpoint.hashing import file_sha256
 from fp4convert.convert import execute
 from fp4convert.convert.execute import convert_checkpoint
 from fp4convert.errors import HubError
@@ -87,6 +88,20 @@ def test_resume_refuses_a_source_whose_bytes_changed(unpublished):
     assert_error(outcome, rf"the source changed since the interrupted run: {first.name} had sha256 [0-9a-f]{{16}}")
     assert "--overwrite" in outcome.stderr and tree_hashes(staging) == before
     assert run_cli(_convert(src, dst, "--overwrite")).code == 0
+
+
+def test_a_resume_hashes_each_recorded_source_file_once(unpublished, tmp_path):
+    # the resume checks every file the journal recorded against its sha256 (in parallel), then
+    # takes those hashes as they are: before, every file was hashed a second time for the manifest
+    src, dst = unpublished
+    report = convert_checkpoint(src, dst, contract=NVFP4_EXPERTS, resume=True, workers=4)
+    assert len(report.resumed_files) == 8 and report.ranks[0]["hashed_files"] == 0
+    files = json.loads((dst / MANIFEST).read_text())["source"]["files"]
+    shards = sorted(p.name for p in src.glob("*.safetensors"))
+    assert {f: files[f] for f in shards} == {f: file_sha256(src / f) for f in shards}
+    fresh = tmp_path / "fresh"
+    convert_checkpoint(src, fresh, contract=NVFP4_EXPERTS)
+    assert_same_output(dst, fresh)
 
 
 def test_a_resume_never_mixes_old_and_new_source_bytes(interrupted, tmp_path):
