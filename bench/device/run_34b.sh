@@ -21,4 +21,5 @@ for i in 1 2 3; do
   echo -n "this     "; conv
 done
 timeout 60 python3 bench/device/hash_probe.py --children /tmp/fd/src/*.safetensors
+rm -rf /dev/shm/out; timeout 60 python3 bench/device/trace_convert.py /tmp/fd/src /dev/shm/out --contract contracts/nvfp4-experts-per-token.yaml --max-shard-size 500MB -q > $OUT/trace.txt 2>&1; tail -30 $OUT/trace.txt
 rm -rf /dev/shm/out
