@@ -196,12 +196,12 @@ class SourceHashes:
 
 # What a hashing child process runs: sha256 of one file, printed in hex. It reads the file through
 # one reused buffer of READ_CHUNK_BYTES (1 MiB): sha256 of bytes in the core's L2 runs 1.87 GB/s
-# where the same bytes in memory (a mapped file's page-cache pages, a 64 MiB buffer) hash at
-# 1.1-1.2 GB/s, so the copy costs less than it saves: 1.37 GB/s read and hashed against 1.09 for
-# the mapped file on the 2-core box (`python bench/device/hash_probe.py FILE`). It stops when its parent is gone (a
-# killed conversion leaves no reader behind), and a file whose size changes while it is hashed is
-# an error, not the hash of other bytes. ``-I`` keeps the child to the standard library: nothing
-# of the environment or working folder.
+# on the 2-core box where the same bytes in memory (a mapped file's page-cache pages, a 64 MiB
+# buffer) hash at 1.1-1.2 GB/s, so the copy costs less than it saves: 1.30 GB/s read and hashed
+# against 1.05 for the mapped file (`python bench/device/hash_probe.py --children FILE`). It stops
+# when its parent is gone (a killed conversion leaves no reader behind), and a file whose size
+# changes while it is hashed is an error, not the hash of other bytes. ``-I`` keeps the child to
+# the standard library: nothing of the environment or working folder.
 _CHILD = """
 import hashlib, os, sys
 path, parent, chunk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
