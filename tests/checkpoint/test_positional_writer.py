@@ -174,3 +174,41 @@ def test_a_tensor_larger_than_the_read_back_buffer_is_compared_in_pieces(tmp_pat
         w.write("big", big)
     w.abort()
     assert [b - a for a, b in itertools.pairwise(offsets)] == [1000, 1000, 1000]
+
+
+def test_a_tensor_streamed_through_one_reused_buffer_gives_the_bytes_of_a_whole_write(tmp_path):
+    # write_stream takes each piece (hash, write, read back) before it asks for the next, so a
+    # caller may read every piece into one buffer
+    data = tensors(5)
+    layout = [(name, dtype_name(t.dtype), tuple(t.shape)) for name, t in data.items()]
+    whole = PositionalWriter(tmp_path / "a.safetensors", layout)
+    for name, t in data.items():
+        whole.write(name, t)
+    whole.close()
+    streamed = PositionalWriter(tmp_path / "b.safetensors", layout)
+    buffer = bytearray(7)  # pieces of 7 bytes: not a multiple of any element size
+
+    def pieces(t: torch.Tensor):
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        for at in range(0, len(raw), len(buffer)):
+            chunk = raw[at : at + len(buffer)]
+            buffer[: len(chunk)] = chunk
+            yield memoryview(buffer)[: len(chunk)]
+
+    for name, t in data.items():
+        assert streamed.write_stream(name, pieces(t)) == whole.sha256[name]
+    streamed.close()
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize(("given", "problem"), [(11, "short"), (13, "long"), (12, "twice")])
+def test_a_stream_of_other_than_the_declared_bytes_is_refused(tmp_path, given, problem):
+    w = PositionalWriter(tmp_path / "f.safetensors", [("t", "U8", (12,)), ("u", "U8", (1,))])
+    if problem == "twice":
+        w.write("t", torch.zeros(12, dtype=torch.uint8))
+        with pytest.raises(CheckpointError, match="'t' written twice"):
+            w.write_stream("t", [memoryview(bytearray(given))])
+    else:
+        with pytest.raises(CheckpointError, match="'t' was given other than its 12 declared bytes"):
+            w.write_stream("t", [memoryview(bytearray(6)), memoryview(bytearray(given - 6))])
+    w.abort()
