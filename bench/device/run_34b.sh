@@ -2,9 +2,9 @@
 # machine (run_33a ran this tree first, on a fresh machine: its export rows came out slower than the
 # base's and its validator rows faster; the order is reversed here to tell the code from the warm-up).
 # (2) Issue 13: one-process conversions of the 6.23 GB source into a fresh folder, interleaved, 3
-# rounds: ef45073 (_prev/), d854744 (_mid/: hash children started before the plan, reading 1 MiB at
-# a time instead of hashing the mapped file) and this tree (also: the embedding and lm_head streamed
-# in 8 MiB steps, not read whole); then the hash-children probe on the source files, the timeline.
+# rounds: ef45073 (_prev/) against this tree (hash children started before the plan, reading 1 MiB
+# at a time instead of hashing the mapped file); then the hash-children probe on the source files,
+# the timeline.
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc
 L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
 for tree in base this; do
@@ -15,11 +15,10 @@ for tree in base this; do
   grep -E "^bytes|!!|Error|error" $OUT/live_sync$L-$tree-2nd.txt | cut -c1-300
 done
 W=/tmp/fd; timeout 90 bash -c '. bench/device/source.sh'; ls -la /tmp/fd/src | head
-cp fp4convert/formats/_native.so _prev/fp4convert/formats/_native.so; cp fp4convert/formats/_native.so _mid/fp4convert/formats/_native.so
+cp fp4convert/formats/_native.so _prev/fp4convert/formats/_native.so
 R=$PWD; conv() { timeout 40 python3 $R/bench/device/conv_once.py --fresh "$@"; }
 for i in 1 2 3; do
   echo -n "ef45073  "; (cd _prev && PYTHONPATH=/tmp/site:$PWD conv)
-  echo -n "d854744  "; (cd _mid && PYTHONPATH=/tmp/site:$PWD conv)
   echo -n "this     "; conv
 done
 timeout 60 python3 bench/device/hash_probe.py --children /tmp/fd/src/*.safetensors
