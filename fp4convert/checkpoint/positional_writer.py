@@ -137,44 +137,6 @@ class PositionalWriter:
                 self._unsynced += view.nbytes
         return digests
 
-    def write_stream(self, name: str, pieces: Iterable[memoryview]) -> str:
-        """Write declared tensor ``name`` from consecutive pieces of its bytes; returns its sha256.
-
-        Each piece is hashed, written and read back before the next one is asked for, so the
-        caller may read every piece into one reused buffer (a copied embedding streams through
-        the cache instead of being read whole). The caller vouches for the dtype; the pieces must
-        add up to the declared size.
-
-        Raises:
-            CheckpointError: the tensor is not declared or was written before, the pieces do not
-                add up to its size, or a piece reads back different from what was written.
-        """
-        if name not in self._expected:
-            raise CheckpointError(f"{self.path}: wrote {name!r}, which the layout does not declare", tensor=name)
-        with self._lock:
-            if name in self.sha256:
-                raise CheckpointError(f"{self.path}: tensor {name!r} written twice", tensor=name)
-            self.sha256[name] = ""  # claimed: a second write of it is refused
-        start, end = self._spans[name]
-        sha = hashlib.sha256()
-        at = start
-        for piece in pieces:
-            if at + piece.nbytes > end:
-                at = -1  # more than declared
-                break
-            sha.update(piece)
-            self._pwritev([piece], at)
-            at += piece.nbytes
-        if at != end:
-            raise CheckpointError(
-                f"{self.path}: tensor {name!r} was given other than its {end - start} declared bytes", tensor=name
-            )
-        digest = sha.hexdigest()
-        with self._lock:
-            self.sha256[name] = digest
-            self._unsynced += end - start
-        return digest
-
     def _pwritev(self, views: list[memoryview], offset: int) -> None:
         if len(views) == 1:
             self._pwrite(views[0], offset)

@@ -14,16 +14,13 @@ refuse NaN weights, or record them, without a pass of its own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import torch
 
 from fp4convert.checkpoint.decode.read import SourceDecoder, decode_unit
-from fp4convert.checkpoint.decode.units import RawPart
 from fp4convert.checkpoint.file_hashes import SourceHashes
-from fp4convert.checkpoint.hashing import READ_CHUNK_BYTES
 from fp4convert.checkpoint.read_buffers import ReadBuffers
-from fp4convert.checkpoint.safetensors_io import DTYPES, SafetensorsFile
+from fp4convert.checkpoint.safetensors_io import SafetensorsFile
 from fp4convert.checkpoint.source import SourceCheckpoint
 from fp4convert.formats import kernels
 
@@ -86,7 +83,6 @@ class SourceReader:
         self._files: dict[str, SafetensorsFile] = {}
         self.nonfinite: dict[str, dict[str, int]] = {}  # tensor -> {"nan": n, "inf": m}, where any
         self._lock = threading.Lock()
-        self._per_thread = threading.local()  # each thread's buffer for streamed tensors
         self._view = source.view()
         self._decoder = SourceDecoder(self._view, self.read_range)
 
@@ -110,48 +106,6 @@ class SourceReader:
             with self._lock:
                 self.nonfinite[name] = counts
         return tensor
-
-    def stored_as_is(self, name: str) -> RawPart | None:
-        """Where tensor ``name``'s bytes lie when they are those of one stored tensor as it is
-        (dense, not decoded, not split from a fused one), else None: such a tensor can be
-        streamed (:meth:`stream`) instead of read whole."""
-        unit = self._view.unit_of(name)
-        if unit.encoding != "dense" or unit.split != "none" or len(unit.parts) != 1 or len(unit.outputs) != 1:
-            return None
-        return unit.parts[0]
-
-    def stream(self, name: str, chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[memoryview]:
-        """The bytes of ``name`` (one :meth:`stored_as_is`) in consecutive pieces of ``chunk_bytes``,
-        read through one reused buffer of this thread's: each piece is valid until the next one is
-        asked for. A tensor read whole takes fresh memory the kernel zeroes first, and sha256 of
-        bytes in memory runs at half its speed on bytes in the core's cache; streamed, a copied
-        embedding or lm_head costs neither. NaN / inf values are counted on the way (recorded
-        once the last piece was read); the bytes are not offered to the file's hash: its chain
-        reads what it was not offered from disk, the same way (:class:`SourceHashes`)."""
-        part = self.stored_as_is(name)
-        if part is None:
-            raise ValueError(f"internal error: {name!r} is not stored as it is, so it cannot be streamed")
-        start, end, dtype = part.start, part.end, DTYPES[part.dtype]
-        scratch = self._scratch(chunk_bytes)
-        reader = self._file(part.file)
-        nan = inf = 0
-        while start < end:
-            n = min(chunk_bytes, end - start)
-            piece = reader.read_range(start, start + n, what=name, into=scratch[:n])
-            counts = nonfinite_counts(piece.view(dtype))
-            nan, inf = nan + counts.get("nan", 0), inf + counts.get("inf", 0)
-            yield memoryview(piece.numpy())  # type: ignore[arg-type]  # numpy arrays are buffers
-            start += n
-        counted = {k: v for k, v in (("nan", nan), ("inf", inf)) if v}
-        if counted:
-            with self._lock:
-                self.nonfinite[name] = counted
-
-    def _scratch(self, nbytes: int) -> torch.Tensor:
-        scratch: torch.Tensor | None = getattr(self._per_thread, "scratch", None)
-        if scratch is None or scratch.numel() < nbytes:
-            scratch = self._per_thread.scratch = torch.empty(nbytes, dtype=torch.uint8)
-        return scratch
 
     def read_range(self, shard: str, start: int, end: int) -> torch.Tensor:
         """Bytes ``[start, end)`` of ``shard`` as uint8 (a tensor, one expert's slice of a fused

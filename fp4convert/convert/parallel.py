@@ -52,7 +52,7 @@ from fp4convert.checkpoint.io_errors import writing
 from fp4convert.checkpoint.positional_writer import PositionalWriter
 from fp4convert.checkpoint.read_buffers import ReadBuffers
 from fp4convert.checkpoint.reader import SourceReader
-from fp4convert.checkpoint.safetensors_io import read_header, tensor_nbytes
+from fp4convert.checkpoint.safetensors_io import read_header
 from fp4convert.checkpoint.source import SourceCheckpoint
 from fp4convert.convert.shards import SHARD_METADATA, ProgressHook
 from fp4convert.formats import kernels
@@ -67,16 +67,9 @@ _WRITEBACK_BYTES = 256 << 20  # bytes written to a shard between two background 
 # about 50 ms (~1.3 GB/s per core for amax + NVFP4): a worker left alone with it at the end of a
 # run costs little, while an embedding or lm_head (hundreds of MB) is still split over every core.
 _SPLIT_ABOVE_BYTES = 64 << 20
-# A source tensor this large is not read into a reused buffer: kept in the pool it would hold its
-# memory to the end, and it is read once (an embedding, an lm_head). Copied as it is, it streams
-# from the source file to its shard through one small buffer (_Run.copy_through); otherwise it is
-# read into memory of its own.
+# A source tensor this large is read into memory of its own rather than a reused buffer: it is
+# read once (an embedding, an lm_head), and kept in the pool it would hold its memory to the end.
 _OWN_BUFFER_FROM_BYTES = 64 << 20
-# Bytes a streamed copy moves per step: small enough to stay in the cache between reading,
-# hashing, writing and comparing them, large enough that the step's five calls that release the
-# interpreter lock (each a hand-off among a conversion's threads) are few: 1 MiB steps made a
-# 622 MB embedding take 3 s on the 2-core box, 8 MiB steps read and hash as fast (1.4 GB/s).
-_STREAM_STEP_BYTES = 8 << 20
 
 
 def default_readers(workers: int) -> int:
@@ -182,6 +175,10 @@ class _Run:
         self.writers: dict[str, PositionalWriter] = {}
         by_file = self.plan.by_output_file()
         self.items = {f: by_file[f] for f in job.files}
+        # the budget on top of room for the two largest tensors: an embedding and an lm_head in
+        # flight neither wait for the rest to drain nor hold every other stream back meanwhile
+        largest = max((i.bytes_before for items in self.items.values() for i in items), default=0)
+        self.budget = _Budget(job.budget + 2 * largest, self.stopped)
         self.remaining = {f: len(items) for f, items in self.items.items()}
         self.results = ShardResults()
         self.outstanding = 0  # streams and tasks not finished yet
@@ -213,11 +210,6 @@ class _Run:
             # is returned once it is written, so the peak RSS stays what the budget makes it
             buffers=ReadBuffers(job.budget, keep_below=_OWN_BUFFER_FROM_BYTES),
         )
-        # the budget on top of room for the two largest tensors read whole: an embedding and an
-        # lm_head in flight (when they are not streamed) neither wait for the rest to drain nor
-        # hold every other stream back meanwhile
-        read_whole = (i.bytes_before for items in self.items.values() for i in items if not self.streamable(i))
-        self.budget = _Budget(job.budget + 2 * max(read_whole, default=0), self.stopped)
 
     def hook(self, event: str, payload: Mapping[str, Any]) -> None:
         with self.hook_lock:
@@ -270,9 +262,6 @@ class _Run:
             if self.stopped.is_set():
                 raise _Stop
             name = item.info.name
-            if self.streamable(item):  # no memory of its own: nothing to take from the budget
-                self.submit(self.copy_through, item)
-                continue
             self.budget.take(item.bytes_before, force=bool(held))  # held members must not wait on themselves
             x = self.reader.read(name)
             group = item.decision.fused_group
@@ -318,34 +307,6 @@ class _Run:
             finally:
                 self.budget.give(item.bytes_before)
             self.tensor_done(item.output_file)
-
-    def streamable(self, item: PlannedTensor) -> bool:
-        """Whether ``item`` is a large tensor written as the source stores it (copied, not
-        quantized, cast or decoded, in no fused group): such a tensor is streamed, not read whole."""
-        if item.quantized or item.bytes_before < _OWN_BUFFER_FROM_BYTES or len(item.outputs) != 1:
-            return False
-        if item.decision.fused_group in self.plan.groups:
-            return False
-        part = self.reader.stored_as_is(item.info.name)
-        name, dtype, shape = item.outputs[0]
-        return (
-            part is not None
-            and name == item.info.name
-            and dtype == part.dtype
-            and tensor_nbytes(dtype, shape) == part.nbytes
-        )
-
-    def copy_through(self, item: PlannedTensor) -> None:
-        """Stream a :meth:`streamable` tensor from its source file into its shard: each step is
-        read, counted for NaN / inf, hashed, written and read back while it is in the cache
-        (read whole, it took fresh memory the kernel zeroed first, and hashing it from memory ran
-        at half the speed)."""
-        writer = self.writer(item.output_file)
-        writer.write_stream(item.outputs[0][0], self.reader.stream(item.info.name, _STREAM_STEP_BYTES))
-        if writer.writeback_due():
-            self.submit(writer.writeback, pool=self.syncer)
-        self.hook("tensor", {"name": item.info.name, "bytes": item.bytes_before})
-        self.tensor_done(item.output_file)
 
     def writer(self, file: str) -> PositionalWriter:
         with self.lock:
