@@ -265,7 +265,9 @@ class FileHashes:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _collect(self, file: str) -> str:
+    def digest(self, file: str) -> str:
+        """sha256 of ``file`` (one of :attr:`files`; waits for its child, whose output is
+        collected once, whichever thread asks first)."""
         with self._lock:
             if file not in self._digests:
                 child = self._children[file]
@@ -282,17 +284,13 @@ class FileHashes:
                 self._digests[file] = out.decode().strip()
             return self._digests[file]
 
-    def digest(self, file: str) -> str:
-        """sha256 of ``file`` (one of :attr:`files`; waits for it)."""
-        return self._collect(file)
-
     def finished(self) -> dict[str, str]:
         """sha256 of the files hashed whole so far."""
-        return {f: self._collect(f) for f, child in self._children.items() if child.poll() is not None}
+        return {f: self.digest(f) for f, child in self._children.items() if child.poll() is not None}
 
     def hexdigests(self) -> dict[str, str]:
         """sha256 of every file (waits for the ones still being hashed)."""
-        return {f: self._collect(f) for f in self.files}
+        return {f: self.digest(f) for f in self.files}
 
     def close(self) -> None:
         """Stop the children still hashing and wait for them to end."""
