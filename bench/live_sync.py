@@ -217,7 +217,15 @@ def _nvfp4_dense(
     ts._nvfp4_dense_kernel[(rows // 16, ts.spans(cols, bc, steps))](
         x, cols, rows, amax, data, scale, cols, rows, PROFILE=0, GMAX=2688.0, TILE16=False, EVEN_R=True,
         EVEN_C=True, BR=16, BC=bc, CH=steps, REVERSE=reverse, HW=ts.hardware_e4m3(x.device), enable_fp_fusion=False,
+        **_words(ts, x),
     )  # fmt: skip
+
+
+def _words(ts: object, x: torch.Tensor) -> dict[str, bool]:
+    """The dense kernel's ``WORDS`` argument where the revision under test has it (an A/B against
+    an older tree runs this script with that tree's package)."""
+    has = "WORDS" in ts._nvfp4_dense_kernel.arg_names  # type: ignore[attr-defined]
+    return {"WORDS": ts._bf16_words(x)} if has else {}  # type: ignore[attr-defined]
 
 
 def _device_memory(device: str) -> int:

@@ -4,7 +4,8 @@ Prints GB/s for: hashlib with 16 MiB preads (`update_from_file` before this stop
 buffer (readinto), the same in a child process while this process runs N busy threads, and the
 `sha256sum` / `openssl` binaries; then the child `FileHashes` runs (1 MiB reads) against one hashing
 the mapped file (its way before stop 34), alone and one per FILE at once.
-Usage: python bench/device/hash_probe.py [--children] FILE [FILE ...]  (--children: those rows only)
+Usage: python bench/device/hash_probe.py [--children | --chunks] FILE [FILE ...]  (--children: those
+rows only; --chunks: the child at 256 KiB to 16 MiB reads against the mapped file, one and all at once)
 """
 
 from __future__ import annotations
@@ -96,7 +97,37 @@ def children(files: list[str]) -> None:
         timed(f"{len(files)} FileHashes children at once (sum of bytes)", total, lambda: _fresh(files))
 
 
+def _reads_child(path: str, chunk: int) -> list[str]:
+    """The FileHashes child's own script, reading ``chunk`` bytes at a time."""
+    from fp4convert.checkpoint.file_hashes import _CHILD as child
+
+    return [sys.executable, "-I", "-c", child, path, str(os.getpid()), str(chunk)]
+
+
+def chunk_sweep(files: list[str]) -> None:
+    """The FileHashes child at several read sizes against the mapped file: one file, then all at once."""
+    path, total = files[0], sum(os.path.getsize(f) for f in files)
+    size, ref = os.path.getsize(path), file_sha256(path)
+    ways = {
+        f"reads of {c >> 10} KiB": (lambda f, c=c: _reads_child(f, c)) for c in (256 << 10, 1 << 20, 4 << 20, 16 << 20)
+    }
+    ways["mapped file"] = _mapped
+    for _ in range(2):
+        for name, argv in ways.items():
+            assert timed(f"child, {name}", size, lambda a=argv: run_digest(a(path))) == ref
+
+            def together(a=argv) -> None:
+                procs = [subprocess.Popen(a(f), stdout=subprocess.PIPE) for f in files]
+                for proc in procs:
+                    proc.communicate()
+
+            timed(f"{len(files)} children at once, {name} (sum of bytes)", total, together)
+
+
 def main() -> None:
+    if "--chunks" in sys.argv:
+        chunk_sweep([a for a in sys.argv[1:] if a != "--chunks"])
+        return
     files = [a for a in sys.argv[1:] if a != "--children"]
     path = files[0]
     size = os.path.getsize(path)

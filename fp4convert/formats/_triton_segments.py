@@ -239,43 +239,135 @@ def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr, HW:
         y = tl.where(sdec[:, :, None, None] == 0.0, 0.0, y)
         codes = _e2m1(y, False)
     else:
-        if PROFILE == 0:
-            d = amax * mult
-        else:
-            d = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)) * mult
-        sf = _e4m3_scale_code(d, HW)
-        enc = tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), _e4m3_scale_value(sf, HW) * sdec)
-        enc = tl.minimum(enc, FLT_MAX)
+        sf, enc = _nvfp4_block_scales(amax, sdec, mult, PROFILE, False, HW)
         codes = _e2m1(x * enc[:, :, None, None], True)
     return codes, sf
+
+
+@triton.jit
+def _nvfp4_block_scales(amax, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr, HW: tl.constexpr):
+    """te / te-2.13 block scales of block amaxes ``[BR, NB]``: the scale byte and the encode factor
+    the values are multiplied by (``TILE16``: the amax of each 16x16 tile, as ``_nvfp4_chunk``)."""
+    if TILE16:
+        amax = tl.broadcast_to(tl.max(amax, axis=0)[None, :], amax.shape)
+    if PROFILE == 0:
+        d = amax * mult
+    else:
+        d = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32)) * mult
+    sf = _e4m3_scale_code(d, HW)
+    enc = tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), _e4m3_scale_value(sf, HW) * sdec)
+    return sf, tl.minimum(enc, FLT_MAX)
+
+
+@triton.jit
+def _bf16_amax(w0, w1, w2, w3):
+    """max |x| of the eight bf16 in four words (float32), NaN ignored (all NaN: NaN), as PTX:
+    ``max.bf16x2`` of the words with their sign bits cleared, two values per instruction, then the
+    larger half. (Written as float32 maxima of the unpacked values, ptxas clears each sign with an
+    integer mask instead of folding ``abs`` into the maximum: two instructions per value.)"""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b32 a<4>, m, lo, hi;
+        and.b32 a0, $1, 2147450879; and.b32 a1, $2, 2147450879; and.b32 a2, $3, 2147450879; and.b32 a3, $4, 2147450879;
+        max.bf16x2 a0, a0, a1; max.bf16x2 a2, a2, a3; max.bf16x2 m, a0, a2;
+        shl.b32 lo, m, 16; and.b32 hi, m, 4294901760; max.f32 $0, lo, hi;
+        }""",
+        "=f,r,r,r,r", [w0, w1, w2, w3], dtype=tl.float32, is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _e2m1_word(w0, w1, w2, w3, enc):
+    """``_e2m1(x_j * enc, True)`` of the eight bf16 ``x_j`` of four words (``x_2k`` the low half of
+    word k) packed into one word, value j in nibble j (the NVFP4 data layout): the
+    same rounding as ``_e2m1``, written as PTX (compiled kernels only; the interpreter runs
+    ``_e2m1``). Each product's code magnitude is the low nibble of its rounded sum (see ``_e2m1``:
+    the sum's bits are ``u + 0x0B000000 + code``, whose low 23 bits are the code), moved into place
+    by funnel shifts; its sign is the product's sign bit, moved the same way: a NaN product is the
+    canonical NaN 0x7FFFFFFF on the GPU, positive whatever the operands' signs, which is the +6 the
+    specification gives NaN (tests/formats/test_cuda.py checks every bf16 value in every nibble).
+    No packing arithmetic: two shifts per value instead of a shift, a mask, a minimum and an add."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b32 x<8>, y<8>, a<8>, u<8>, c<8>, t<8>, m, s;
+        shl.b32 x0, $1, 16; and.b32 x1, $1, 4294901760; shl.b32 x2, $2, 16; and.b32 x3, $2, 4294901760;
+        shl.b32 x4, $3, 16; and.b32 x5, $3, 4294901760; shl.b32 x6, $4, 16; and.b32 x7, $4, 4294901760;
+        mul.rn.f32 y0, x0, $5; mul.rn.f32 y1, x1, $5; mul.rn.f32 y2, x2, $5; mul.rn.f32 y3, x3, $5;
+        mul.rn.f32 y4, x4, $5; mul.rn.f32 y5, x5, $5; mul.rn.f32 y6, x6, $5; mul.rn.f32 y7, x7, $5;
+        abs.f32 a0, y0; abs.f32 a1, y1; abs.f32 a2, y2; abs.f32 a3, y3;
+        abs.f32 a4, y4; abs.f32 a5, y5; abs.f32 a6, y6; abs.f32 a7, y7;
+        min.f32 a0, a0, 0f40C00000; min.f32 a1, a1, 0f40C00000; min.f32 a2, a2, 0f40C00000; min.f32 a3, a3, 0f40C00000;
+        min.f32 a4, a4, 0f40C00000; min.f32 a5, a5, 0f40C00000; min.f32 a6, a6, 0f40C00000; min.f32 a7, a7, 0f40C00000;
+        max.u32 u0, a0, 1065353216; max.u32 u1, a1, 1065353216; max.u32 u2, a2, 1065353216; max.u32 u3, a3, 1065353216;
+        max.u32 u4, a4, 1065353216; max.u32 u5, a5, 1065353216; max.u32 u6, a6, 1065353216; max.u32 u7, a7, 1065353216;
+        and.b32 u0, u0, 2139095040; and.b32 u1, u1, 2139095040; and.b32 u2, u2, 2139095040; and.b32 u3, u3, 2139095040;
+        and.b32 u4, u4, 2139095040; and.b32 u5, u5, 2139095040; and.b32 u6, u6, 2139095040; and.b32 u7, u7, 2139095040;
+        shr.u32 c0, u0, 22; shr.u32 c1, u1, 22; shr.u32 c2, u2, 22; shr.u32 c3, u3, 22;
+        shr.u32 c4, u4, 22; shr.u32 c5, u5, 22; shr.u32 c6, u6, 22; shr.u32 c7, u7, 22;
+        add.u32 c0, c0, u0; add.u32 c1, c1, u1; add.u32 c2, c2, u2; add.u32 c3, c3, u3;
+        add.u32 c4, c4, u4; add.u32 c5, c5, u5; add.u32 c6, c6, u6; add.u32 c7, c7, u7;
+        add.u32 c0, c0, 184549122; add.u32 c1, c1, 184549122; add.u32 c2, c2, 184549122; add.u32 c3, c3, 184549122;
+        add.u32 c4, c4, 184549122; add.u32 c5, c5, 184549122; add.u32 c6, c6, 184549122; add.u32 c7, c7, 184549122;
+        add.rn.f32 t0, a0, c0; add.rn.f32 t1, a1, c1; add.rn.f32 t2, a2, c2; add.rn.f32 t3, a3, c3;
+        add.rn.f32 t4, a4, c4; add.rn.f32 t5, a5, c5; add.rn.f32 t6, a6, c6; add.rn.f32 t7, a7, c7;
+        shf.r.wrap.b32 m, t0, t0, 4; shf.r.wrap.b32 m, m, t1, 4; shf.r.wrap.b32 m, m, t2, 4;
+        shf.r.wrap.b32 m, m, t3, 4; shf.r.wrap.b32 m, m, t4, 4; shf.r.wrap.b32 m, m, t5, 4;
+        shf.r.wrap.b32 m, m, t6, 4; shf.r.wrap.b32 m, m, t7, 4;
+        shf.l.wrap.b32 s, y7, y7, 4; shf.l.wrap.b32 s, y6, s, 4; shf.l.wrap.b32 s, y5, s, 4;
+        shf.l.wrap.b32 s, y4, s, 4; shf.l.wrap.b32 s, y3, s, 4; shf.l.wrap.b32 s, y2, s, 4;
+        shf.l.wrap.b32 s, y1, s, 4; shf.l.wrap.b32 s, y0, s, 4;
+        and.b32 s, s, 2290649224; or.b32 $0, m, s;
+        }""",
+        "=r,r,r,r,r,f", [w0, w1, w2, w3, enc], dtype=tl.uint32, is_pure=True, pack=1,
+    )  # fmt: skip
 
 
 @triton.jit
 def _nvfp4_rows(
     src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
     PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, VERIFY: tl.constexpr, HW: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, VERIFY: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr,
 ):  # fmt: skip
     """Quantize columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` into output rows ``orow``. (The
     column loop is the caller's: the Triton interpreter runs ``range`` loops in kernels only.)
+    ``WORDS``: ``src`` is bf16 whose rows start on 4-byte boundaries; with ``HW`` and a te profile
+    its values are read as 32-bit words and rounded by PTX (``_bf16_amax``, ``_e2m1_word``).
     ``VERIFY`` compares with the bytes already at the outputs instead of writing them; returns, per
     row, whether any data word and any scale byte differ (int32 0/1; zeros when writing)."""
     NB: tl.constexpr = BC // 16
     h = tl.arange(0, 2)
-    j = tl.arange(0, 8)
     nblocks = cols // 16
     blk = c0 // 16 + tl.arange(0, NB)
-    # [rows, blocks, half, 8]: a thread holds 8 consecutive values (one 16-byte load) and packs
-    # their codes into one 32-bit word (little endian: element 2i in the low nibble of byte i)
-    col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
-    ptrs = src + r.to(tl.int64)[:, None, None, None] * ld + col  # 64-bit: tensors past 2^31 elements
-    if EVEN_R and EVEN_C:
-        x = tl.load(ptrs).to(tl.float32)
+    if WORDS and HW and PROFILE != 2:
+        # [rows, blocks, half, 4 words]: a thread holds 8 consecutive bf16 (one 16-byte load) as
+        # four 32-bit words; a bf16's float32 is its bits shifted up, so no conversion is issued
+        k = tl.arange(0, 4)
+        wcol = blk[None, :, None, None] * 8 + h[None, None, :, None] * 4 + k[None, None, None, :]
+        wptrs = src.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64)[:, None, None, None] * (ld // 2) + wcol
+        if EVEN_R and EVEN_C:
+            w = tl.load(wptrs)
+        else:
+            m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
+            w = tl.load(wptrs, mask=m4, other=0)
+        w02, w13 = tl.split(tl.reshape(w, (BR, NB, 2, 2, 2)))  # registers renamed, no data moves
+        w0, w2 = tl.split(w02)
+        w1, w3 = tl.split(w13)
+        half = tl.max(_bf16_amax(w0, w1, w2, w3), axis=2)  # NaN-ignoring, as _absmax
+        sf, enc = _nvfp4_block_scales(tl.where(half == half, half, 0.0), sdec, mult, PROFILE, TILE16, HW)
+        words = _e2m1_word(w0, w1, w2, w3, enc[:, :, None])
     else:
-        m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
-        x = tl.load(ptrs, mask=m4, other=0.0).to(tl.float32)
-    codes, sf = _nvfp4_chunk(x, sdec, mult, PROFILE, TILE16, HW)
-    words = tl.sum(codes.to(tl.uint32) << (j * 4).to(tl.uint32)[None, None, None, :], axis=3)
+        j = tl.arange(0, 8)
+        # [rows, blocks, half, 8]: a thread holds 8 consecutive values (one 16-byte load) and packs
+        # their codes into one 32-bit word (little endian: element 2i in the low nibble of byte i)
+        col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
+        ptrs = src + r.to(tl.int64)[:, None, None, None] * ld + col  # 64-bit: tensors past 2^31 elements
+        if EVEN_R and EVEN_C:
+            x = tl.load(ptrs).to(tl.float32)
+        else:
+            m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
+            x = tl.load(ptrs, mask=m4, other=0.0).to(tl.float32)
+        codes, sf = _nvfp4_chunk(x, sdec, mult, PROFILE, TILE16, HW)
+        words = tl.sum(codes.to(tl.uint32) << (j * 4).to(tl.uint32)[None, None, None, :], axis=3)
     sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
     wptr = (
         data_ptr.to(tl.pointer_type(tl.uint32))
@@ -334,7 +426,7 @@ def _nvfp4_seg_kernel(
         for c0 in range(0, cols, BC):
             w, sc = _nvfp4_rows(
                 src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
-                BR, BC, VERIFY, HW,
+                BR, BC, VERIFY, HW, DT == tl.bfloat16,
             )  # fmt: skip
             bad_w = tl.maximum(bad_w, w)
             bad_s = tl.maximum(bad_s, sc)
@@ -347,7 +439,7 @@ def _nvfp4_seg_kernel(
             if c0 < cols:
                 _nvfp4_rows(
                     src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R,
-                    EVEN_C, BR, BC, False, HW,
+                    EVEN_C, BR, BC, False, HW, DT == tl.bfloat16,
                 )  # fmt: skip
 
 
@@ -356,6 +448,7 @@ def _nvfp4_dense_kernel(
     x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, unit_rows,
     PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, REVERSE: tl.constexpr, HW: tl.constexpr,
+    WORDS: tl.constexpr,
 ):  # fmt: skip
     """One matrix, ``BR`` rows x ``CH`` column steps per program; row ``i`` takes outer amax
     ``amax[i // unit_rows]`` (tensor, expert or row scope). ``REVERSE`` runs the programs last to
@@ -375,7 +468,7 @@ def _nvfp4_dense_kernel(
         if c0 < cols:
             _nvfp4_rows(
                 x_ptr, ld, r, rmask, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
-                BR, BC, False, HW,
+                BR, BC, False, HW, WORDS,
             )  # fmt: skip
 
 
@@ -606,9 +699,17 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
         _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, steps))](
             x2d, x2d.stride(0), rows, amax, data, scale, cols, unit_rows, PROFILE=code, GMAX=gmax, TILE16=tile16,
             EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=steps,
-            REVERSE=True, HW=hardware_e4m3(x2d.device), enable_fp_fusion=False,
+            REVERSE=True, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d), enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
+
+
+def _bf16_words(x2d) -> bool:
+    """Whether ``x2d`` is bf16 readable as 32-bit words: rows on 4-byte boundaries (the segment
+    tables require 16)."""
+    import torch
+
+    return x2d.dtype == torch.bfloat16 and x2d.stride(0) % 2 == 0 and x2d.data_ptr() % 4 == 0
 
 
 @functools.cache
@@ -651,7 +752,7 @@ def mxfp8_dense(x2d):
     scale = torch.empty(rows, cols // 32, dtype=torch.uint8, device=x2d.device)
     hw = hardware_e4m3(x2d.device)
     # the bf16 kernel reads 32-bit words: rows must start on 4-byte boundaries
-    if rows and cols and x2d.dtype == torch.bfloat16 and x2d.stride(0) % 2 == 0 and x2d.data_ptr() % 4 == 0:
+    if rows and cols and _bf16_words(x2d):
         nb = 8
         _mxfp8_bf16_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), triton.cdiv(cols // 32, nb))](
             x2d, x2d.stride(0), rows, data, scale, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % (32 * nb) == 0,

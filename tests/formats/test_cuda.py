@@ -15,8 +15,8 @@ from _helpers import check_nvfp4_segments as check_nvfp4
 from _helpers import segment_group as group
 from formats._e2m1_check import disagreements as e2m1_disagreements
 
+from fp4convert.formats import _triton, kernels, profiles
 from fp4convert.formats import _triton_segments as ts
-from fp4convert.formats import kernels, profiles
 from fp4convert.formats.mxfp8 import quantize_mxfp8
 from fp4convert.formats.nvfp4 import four_over_six_choices, quantize_nvfp4
 from fp4convert.verify import golden
@@ -279,6 +279,59 @@ def test_one_add_e2m1_rounding_equals_the_thresholds_on_every_float32(signed_zer
     # _triton._e2m1_code are the specification: normals, subnormals, ties, saturation, inf, NaN.
     differing, first = e2m1_disagreements(signed_zero)
     assert differing == 0, f"{differing} float32 patterns differ, the first {first:#010x}"
+
+
+@triton.jit
+def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr):
+    """Program k, lane i: the eight bf16 ``(i + 8191 j) mod 2^16`` (j = 0..7, so every pattern comes
+    at every position) as four words, times ``enc[k // (65536 / BLOCK)]``: how many words of codes
+    from ``_e2m1_word`` differ from the specification's ``_triton._e2m1_code`` (``out[0]``), and how
+    many maxima from ``_bf16_amax`` differ from the NaN-ignoring float32 maximum (``out[1]``)."""
+    pid = tl.program_id(0)
+    enc = tl.load(enc_ptr + pid // (65536 // BLOCK))
+    v = (pid % (65536 // BLOCK)) * BLOCK + tl.arange(0, BLOCK)
+    b0 = v & 0xFFFF
+    b1 = (v + 8191) & 0xFFFF
+    b2 = (v + 2 * 8191) & 0xFFFF
+    b3 = (v + 3 * 8191) & 0xFFFF
+    b4 = (v + 4 * 8191) & 0xFFFF
+    b5 = (v + 5 * 8191) & 0xFFFF
+    b6 = (v + 6 * 8191) & 0xFFFF
+    b7 = (v + 7 * 8191) & 0xFFFF
+    w0 = (b0 | (b1 << 16)).to(tl.uint32)
+    w1 = (b2 | (b3 << 16)).to(tl.uint32)
+    w2 = (b4 | (b5 << 16)).to(tl.uint32)
+    w3 = (b6 | (b7 << 16)).to(tl.uint32)
+    want = tl.zeros((BLOCK,), dtype=tl.uint32)
+    best = tl.full((BLOCK,), -1.0, tl.float32)  # -1: every value NaN so far
+    xs = (b0, b1, b2, b3, b4, b5, b6, b7)
+    for j in tl.static_range(8):
+        x = (xs[j] << 16).to(tl.uint32).to(tl.float32, bitcast=True)
+        want = want | (_triton._e2m1_code(x * enc, True).to(tl.uint32) << (4 * j))
+        best = tl.where(x == x, tl.maximum(best, tl.abs(x)), best)
+    got = ts._e2m1_word(w0, w1, w2, w3, enc)
+    amax = ts._bf16_amax(w0, w1, w2, w3)
+    same = amax.to(tl.uint32, bitcast=True) == best.to(tl.uint32, bitcast=True)
+    amax_wrong = tl.where(best < 0.0, amax == amax, ~same)
+    tl.atomic_add(out_ptr, tl.sum((got != want).to(tl.int64)))
+    tl.atomic_add(out_ptr + 1, tl.sum(amax_wrong.to(tl.int64)))
+
+
+def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16():
+    # The te kernels on sm_89+ read bf16 as 32-bit words: block amaxes by max.bf16x2, codes by the
+    # PTX of _e2m1_word (signs from the products' sign bits: a NaN product is the canonical, positive
+    # NaN). Every bf16 pattern at each of the eight positions of a word group, times encode factors
+    # from subnormal to FLT_MAX (normals, subnormals, ties, saturation, inf, NaN of either sign, -0).
+    if not ts.has_e4m3_instruction(torch.device("cuda")):
+        pytest.skip("the word path runs on compute capability 8.9 and later")
+    tiny = torch.finfo(torch.float32).tiny
+    encs = [1.0, 0.5, 2.0, 1 / 3, 6 / 448, 448.0, 1e-30, tiny, tiny / 1024, 2.0**-149, 1e30, 3.4028234663852886e38]
+    enc = torch.tensor(encs, dtype=torch.float32, device="cuda")
+    out = torch.zeros(2, dtype=torch.int64, device="cuda")
+    block = 1024
+    _bf16_word_disagreements[(len(encs) * 65536 // block,)](out, enc, BLOCK=block, enable_fp_fusion=False)
+    wrong_words, wrong_amax = out.tolist()
+    assert (wrong_words, wrong_amax) == (0, 0), f"{wrong_words} code words and {wrong_amax} maxima differ"
 
 
 @pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mse-256"])
