@@ -5,6 +5,7 @@
 # kernel rows, then _head/. (4) Issue 13: the hash child's read size against the mapped file on this host.
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
+export FP4CONVERT_BF16_WORDS=1  # the word path (off by default until this has run)
 timeout 170 $P -m gpu tests/formats tests/megatron -n 8 -rfE 2>&1 | tail -15
 cp fp4convert/formats/_native.so _head/fp4convert/formats/
 for i in 1 2; do

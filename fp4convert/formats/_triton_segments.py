@@ -47,6 +47,14 @@ def _absmax2(x):
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 _NUMPY_MIN = tl.constexpr(_INTERPRETED)
 
+#: the te NVFP4 kernels read bf16 as 32-bit words and round them by PTX (``_bf16_amax``,
+#: ``_e2m1_word``: 9% fewer instructions per column step, bench/kernel_sass.py) where ``HW`` holds.
+#: Off until tests/formats/test_cuda.py has run it on a GPU: it was written when no device could be
+#: started, and its bytes were checked against a numpy model only. ``FP4CONVERT_BF16_WORDS=1`` (read
+#: once, at import) turns it on, as bench/device/run_35a.sh does.
+BF16_WORDS_BY_DEFAULT = False
+_BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_WORDS_BY_DEFAULT else "0") == "1")
+
 
 @triton.jit
 def _min6(v):
@@ -338,7 +346,7 @@ def _nvfp4_rows(
     h = tl.arange(0, 2)
     nblocks = cols // 16
     blk = c0 // 16 + tl.arange(0, NB)
-    if WORDS and HW and PROFILE != 2:
+    if WORDS and HW and PROFILE != 2 and _BF16_WORDS:
         # [rows, blocks, half, 4 words]: a thread holds 8 consecutive bf16 (one 16-byte load) as
         # four 32-bit words; a bf16's float32 is its bits shifted up, so no conversion is issued
         k = tl.arange(0, 4)
