@@ -49,9 +49,11 @@ _NUMPY_MIN = tl.constexpr(_INTERPRETED)
 
 #: the te NVFP4 kernels read bf16 as 32-bit words and round them by PTX (``_bf16_amax``,
 #: ``_e2m1_word``: 9% fewer instructions per column step, bench/kernel_sass.py) where ``HW`` holds.
-#: Off until tests/formats/test_cuda.py has run it on a GPU: it was written when no device could be
-#: started, and its bytes were checked against a numpy model only. ``FP4CONVERT_BF16_WORDS=1`` (read
-#: once, at import) turns it on, as bench/device/run_35a.sh does.
+#: Its bytes equal the CPU's (tests/formats/test_cuda.py with the variable set passed on an H100), but
+#: it was not faster there: the dense te kernel 64.5 against 62.5 us, 16x16 66.4 against 68.0 us, amax
+#: + quantize 105.1 against 102.0 us (bench/results/nvfp4-ab-h100-stop35-bf16-words.txt), the H100's
+#: pass being near its memory bound. It stays off until an H200, where the same pass is bound by the
+#: instructions it issues, shows a gain. ``FP4CONVERT_BF16_WORDS=1`` (read once, at import) turns it on.
 BF16_WORDS_BY_DEFAULT = False
 _BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_WORDS_BY_DEFAULT else "0") == "1")
 
