@@ -3,7 +3,9 @@
 # everywhere). (2) Issue 15: the NVFP4 kernels of 19a06f8 (_head/: `git archive 19a06f8 fp4convert
 # contracts`) and of this tree with the word path, alternating, two rounds (bench/device/nvfp4_ab.py).
 # (3) Issue 13: the hash child's read size against the mapped file on this host. (4) The sync rows, this
-# tree with the word path and the kernel rows, then 19a06f8.
+# tree with the word path and the kernel rows, then 19a06f8. Everything also goes to $OUT/run.txt: a
+# reply returns only the last 12,000 characters, and the first run of this lost its tests and A/B rows so.
+exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
 export FP4CONVERT_BF16_WORDS=1  # the word path (off by default until this has run)
