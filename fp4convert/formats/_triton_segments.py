@@ -236,9 +236,7 @@ def _outer_scales_kernel(
 def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr, HW: tl.constexpr):
     """Codes and scale bytes of ``x [BR, NB, 2, 8]`` (float32: rows, blocks, two halves of a
     block) with per-row ``sdec``/``mult [BR, 1]``; ``HW``: scale bytes by the conversion instruction."""
-    amax = _absmax2(x)  # [BR, NB]
-    if TILE16:  # the 16x16 tile's amax for each of its 16 rows (BR == 16: one tile row-group)
-        amax = tl.broadcast_to(tl.max(amax, axis=0)[None, :], amax.shape)
+    amax = _tile_amax(_absmax2(x), TILE16)  # [BR, NB]
     if PROFILE == 2:  # modelopt
         psc = tl.math.div_rn(amax, mult)
         psc = tl.where(psc == 0.0, 1.0, psc)
@@ -249,17 +247,24 @@ def _nvfp4_chunk(x, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr, HW:
         y = tl.where(sdec[:, :, None, None] == 0.0, 0.0, y)
         codes = _e2m1(y, False)
     else:
-        sf, enc = _nvfp4_block_scales(amax, sdec, mult, PROFILE, False, HW)
+        sf, enc = _nvfp4_block_scales(amax, sdec, mult, PROFILE, HW)
         codes = _e2m1(x * enc[:, :, None, None], True)
     return codes, sf
 
 
 @triton.jit
-def _nvfp4_block_scales(amax, sdec, mult, PROFILE: tl.constexpr, TILE16: tl.constexpr, HW: tl.constexpr):
-    """te / te-2.13 block scales of block amaxes ``[BR, NB]``: the scale byte and the encode factor
-    the values are multiplied by (``TILE16``: the amax of each 16x16 tile, as ``_nvfp4_chunk``)."""
+def _tile_amax(amax, TILE16: tl.constexpr):
+    """Block amaxes ``[BR, NB]``, or with ``TILE16`` the 16x16 tile's amax for each of its 16 rows
+    (BR == 16: one tile row-group)."""
     if TILE16:
-        amax = tl.broadcast_to(tl.max(amax, axis=0)[None, :], amax.shape)
+        return tl.broadcast_to(tl.max(amax, axis=0)[None, :], amax.shape)
+    return amax
+
+
+@triton.jit
+def _nvfp4_block_scales(amax, sdec, mult, PROFILE: tl.constexpr, HW: tl.constexpr):
+    """te / te-2.13 block scales of block (or tile) amaxes ``[BR, NB]``: the scale byte and the
+    encode factor the values are multiplied by."""
     if PROFILE == 0:
         d = amax * mult
     else:
@@ -363,7 +368,8 @@ def _nvfp4_rows(
         w0, w2 = tl.split(w02)
         w1, w3 = tl.split(w13)
         half = tl.max(_bf16_amax(w0, w1, w2, w3), axis=2)  # NaN-ignoring, as _absmax
-        sf, enc = _nvfp4_block_scales(tl.where(half == half, half, 0.0), sdec, mult, PROFILE, TILE16, HW)
+        amax = _tile_amax(tl.where(half == half, half, 0.0), TILE16)
+        sf, enc = _nvfp4_block_scales(amax, sdec, mult, PROFILE, HW)
         words = _e2m1_word(w0, w1, w2, w3, enc[:, :, None])
     else:
         j = tl.arange(0, 8)
