@@ -47,6 +47,19 @@ def persistent_nvfp4(
         )  # fmt: skip
 
 
+@triton.jit
+def persistent_amax(x_ptr, ld, rows, out_ptr, cols, nprog, BR: tl.constexpr, BC: tl.constexpr):
+    """``_amax_dense_kernel``'s maximum (int32 bits into ``out[0]``), one (BR, BC) step per loop turn."""
+    col_steps = tl.cdiv(cols, BC)
+    n = tl.cdiv(rows, BR) * col_steps
+    acc = tl.zeros((BR, BC), dtype=tl.float32)
+    for t in range(tl.program_id(0), n, nprog):
+        r = (t // col_steps) * BR + tl.arange(0, BR)
+        c = (t % col_steps) * BC + tl.arange(0, BC)
+        acc = tl.maximum(acc, tl.abs(tl.load(x_ptr + r.to(tl.int64)[:, None] * ld + c[None, :]).to(tl.float32)))
+    tl.atomic_max(out_ptr, tl.max(tl.max(acc, axis=1), axis=0).to(tl.int32, bitcast=True))
+
+
 def occupancy(kernel) -> int:
     """Programs of ``kernel`` (a compiled Triton kernel) one SM holds: registers, warps, shared memory."""
     kernel._init_handles()  # loads the binary: n_regs is known from then on
@@ -105,6 +118,24 @@ def main() -> None:
                 f"{gb / t:6.0f} GB/s; with amax {both * 1e6:6.1f} us {gb / both:6.0f} GB/s  "
                 f"{'bytes == package' if same else 'BYTES DIFFER'}"
             )
+    t = graph_time(lambda: ts.tensor_amax(x))
+    print(f"package amax          {t * 1e6:7.1f} us {gb / t:6.0f} GB/s {gb / t / roof:6.1%} of the roofline")
+    out = torch.zeros(1, dtype=torch.int32, device=x.device)
+    k = persistent_amax.warmup(x, x.stride(0), rows, out, cols, 1, BR=ts.BLOCK_ROWS, BC=bc, grid=(1,))
+    occ = occupancy(k)
+    for per_sm in sorted({occ, max(1, occ // 2), max(1, occ // 4)}):
+        out.zero_()
+        persistent_amax[(sms * per_sm,)](x, x.stride(0), rows, out, cols, sms * per_sm, BR=ts.BLOCK_ROWS, BC=bc)
+        same = torch.equal(out.view(torch.float32).reshape(1), amax)
+        t = graph_time(
+            lambda p=per_sm: persistent_amax[(sms * p,)](
+                x, x.stride(0), rows, out, cols, sms * p, BR=ts.BLOCK_ROWS, BC=bc
+            )
+        )
+        print(
+            f"persistent amax {per_sm:2d}/SM ({k.n_regs} regs, {occ} fit) {t * 1e6:7.1f} us {gb / t:6.0f} GB/s "
+            f"{gb / t / roof:6.1%} of the roofline  {'amax == package' if same else 'AMAX DIFFERS'}"
+        )
     both = graph_time(lambda: (ts.tensor_amax(x), ts.nvfp4_dense(x, amax, rows, 0, 2688.0, False)))
     print(f"package amax + quantize {both * 1e6:6.1f} us {gb / both:6.0f} GB/s")
 
