@@ -49,6 +49,11 @@ def _kernels() -> dict[str, tuple[object, dict[str, str], dict[str, object]]]:
     return {
         "nvfp4 dense, te": (ts._nvfp4_dense_kernel, dense, {"PROFILE": 0, **dense_k}),
         "nvfp4 dense, modelopt": (ts._nvfp4_dense_kernel, dense, {"PROFILE": 2, **dense_k}),
+        "nvfp4 tensor, persistent": (
+            ts._nvfp4_tensor_kernel,
+            {**{k: v for k, v in dense.items() if k != "unit_rows"}, "nprog": "i32"},
+            {k: v for k, v in dense_k.items() if k not in ("CH", "REVERSE")} | {"PROFILE": 0},
+        ),
         "nvfp4 segments, write": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": False}),
         "nvfp4 segments, compare": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": True}),
     }
@@ -68,7 +73,8 @@ def _count(fn: object, args: dict[str, str], constexprs: dict[str, object]) -> c
         constexprs={(names.index(k),): v for k, v in constexprs.items()},
         # as Triton specializes a launch: pointers 16-byte aligned, integers multiples of 16 (a
         # 4096x14336 weight, 768x2048 experts); without it the layouts and vector widths differ
-        attrs={(i,): [["tt.divisibility", 16]] for i in range(len(args))},
+        # (not the grid's size of a persistent kernel: it is not specialized)
+        attrs={(i,): [["tt.divisibility", 16]] for i, name in enumerate(args) if name != "nprog"},
     )
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False})
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"

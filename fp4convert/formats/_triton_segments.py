@@ -57,6 +57,18 @@ _NUMPY_MIN = tl.constexpr(_INTERPRETED)
 BF16_WORDS_BY_DEFAULT = False
 _BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_WORDS_BY_DEFAULT else "0") == "1")
 
+#: one matrix under one outer amax (``quantize_nvfp4``'s tensor scope) quantized by a persistent launch
+#: (``_nvfp4_tensor_kernel``): as many programs as the SMs hold at once, each taking one column step
+#: after another, instead of a grid of 4-step programs whose last wave may leave most SMs idle (a
+#: 4096x14336 weight: 3584 programs = 3.02 waves of the 9 per SM that the word path's 56 registers
+#: allow, 3.88 waves of 7 without it; bench/device/wave_lab.py). ``FP4CONVERT_PERSISTENT=1`` (read
+#: once, at import) turns it on.
+PERSISTENT_BY_DEFAULT = False
+_PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAULT else "0") == "1"
+#: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
+#: each takes several steps, an uneven share included
+INTERPRETED_PROGRAMS = 3
+
 
 @triton.jit
 def _min6(v):
@@ -488,6 +500,28 @@ def _nvfp4_dense_kernel(
             )  # fmt: skip
 
 
+@triton.jit(do_not_specialize=["nprog"])
+def _nvfp4_tensor_kernel(
+    x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, nprog,
+    PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr,
+):  # fmt: skip
+    """One matrix under the one outer amax ``amax[0]``, persistent: ``nprog`` programs (the grid;
+    ``nprog`` is not specialized, so the kernel measured for its occupancy is the one launched), each
+    computing the outer scales once and then taking steps of ``BR`` rows x ``BC`` columns ``nprog``
+    apart, last to first (as ``_nvfp4_dense_kernel`` with ``REVERSE``)."""
+    col_steps = tl.cdiv(cols, BC)
+    n = tl.cdiv(rows, BR) * col_steps
+    sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
+    for t in range(tl.program_id(0), n, nprog):
+        step = n - 1 - t
+        r = (step // col_steps) * BR + tl.arange(0, BR)
+        _nvfp4_rows(
+            x_ptr, ld, r, r < rows, r, sdec, mult, data_ptr, scale_ptr, cols, (step % col_steps) * BC, PROFILE,
+            TILE16, EVEN_R, EVEN_C, BR, BC, False, HW, WORDS,
+        )  # fmt: skip
+
+
 @triton.jit
 def _mxfp8_rows(
     src, ld, r, rmask, orow, data_ptr, scale_ptr, cols, c0,
@@ -709,7 +743,17 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     rows, cols = x2d.shape
     data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=x2d.device)
-    if rows and cols:
+    if rows and cols and _PERSISTENT and unit_rows >= rows:
+        bc = launch_shape(cols, 16)
+        args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
+        constexprs = dict(
+            PROFILE=code, GMAX=gmax, TILE16=tile16, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
+            BR=BLOCK_ROWS, BC=bc, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d),
+        )  # fmt: skip
+        steps = triton.cdiv(rows, BLOCK_ROWS) * triton.cdiv(cols, bc)
+        programs = min(steps, resident_programs(_nvfp4_tensor_kernel, args, constexprs, x2d.device))
+        _nvfp4_tensor_kernel[(programs,)](*args, programs, **constexprs, enable_fp_fusion=False)
+    elif rows and cols:
         bc = launch_shape(cols, 16)
         steps = nvfp4_steps(rows, cols, bc)
         _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, steps))](
@@ -718,6 +762,37 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
             REVERSE=True, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d), enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
+
+
+_RESIDENT: dict[tuple, int] = {}
+
+
+def resident_programs(kernel, args: tuple, constexprs: dict, device) -> int:
+    """Programs of a persistent ``kernel`` (its last argument the grid's size) that all SMs of
+    ``device`` hold at once, from the compiled kernel's registers, warps and shared memory; once per
+    kernel, device and constants. :data:`INTERPRETED_PROGRAMS` off CUDA."""
+    import torch
+
+    if device.type != "cuda" or _INTERPRETED:
+        return INTERPRETED_PROGRAMS
+    key = (kernel, device.index, *sorted(constexprs.items()))
+    if key not in _RESIDENT:
+        compiled = kernel.warmup(*args, 1, **constexprs, grid=(1,), enable_fp_fusion=False)
+        compiled._init_handles()  # loads the binary: its register count is known from here
+        props = torch.cuda.get_device_properties(device)
+        warps = compiled.metadata.num_warps
+        # registers are allocated per warp in units of 256 (8 per thread); every SM since sm_50 has
+        # 64 Ki of them (torch lists the figure on newer builds only); 1 KiB of shared memory is
+        # reserved per program; at most 32 programs per SM (sm_90)
+        regs = -(-compiled.n_regs // 8) * 8 * 32 * warps
+        per_sm = min(
+            getattr(props, "regs_per_multiprocessor", 65536) // max(regs, 1),
+            props.max_threads_per_multi_processor // (32 * warps),
+            props.shared_memory_per_multiprocessor // (compiled.metadata.shared + 1024),
+            32,
+        )
+        _RESIDENT[key] = max(1, per_sm) * props.multi_processor_count
+    return _RESIDENT[key]
 
 
 def _bf16_words(x2d) -> bool:
@@ -853,6 +928,7 @@ __all__ = [
     "_mxfp8_seg_kernel",
     "_nvfp4_dense_kernel",
     "_nvfp4_seg_kernel",
+    "_nvfp4_tensor_kernel",
     "hardware_e4m3",
     "has_e4m3_instruction",
     "launch_shape",
@@ -861,6 +937,7 @@ __all__ = [
     "nvfp4_dense",
     "nvfp4_steps",
     "outer_scales",
+    "resident_programs",
     "spans",
     "tensor_amax",
 ]

@@ -107,12 +107,17 @@ def dense_kernels() -> None:
             spec = profiles.profile_spec(profile)
             code, gmax = PROFILE_CODES[spec.chain], spec.global_max
             for tile16 in (False, True) if shape[0] % 16 == 0 else (False,):
-                got = ts.nvfp4_dense(x, finite.amax().reshape(1), shape[0], code, gmax, tile16)
                 want = nvfp4_matrix_reference(
                     x, finite.amax().expand(shape[0]), profile, tile="16x16" if tile16 else "1x16"
                 )
-                assert_bytes_equal(got[0], want[0])
-                assert_bytes_equal(got[1], want[1])
+                # the tensor scope by the grid of column-step programs and by the persistent launch
+                # (INTERPRETED_PROGRAMS programs: some take more steps than others)
+                for persistent in (False, True):
+                    ts._PERSISTENT = persistent
+                    got = ts.nvfp4_dense(x, finite.amax().reshape(1), shape[0], code, gmax, tile16)
+                    assert_bytes_equal(got[0], want[0])
+                    assert_bytes_equal(got[1], want[1])
+                ts._PERSISTENT = False
             rows = finite.amax(1).contiguous()  # row scope: one outer amax per row
             got = ts.nvfp4_dense(x, rows, 1, code, gmax, False)
             want = nvfp4_matrix_reference(x, rows, profile, tile="1x16")

@@ -146,8 +146,23 @@ def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype, e4m3_instr
     check_mxfp8(group(dtype, "cuda")[0])
 
 
+@pytest.fixture(params=[False, True], ids=["column-step-grid", "persistent"])
+def nvfp4_launch(request, monkeypatch):
+    """The tensor scope's NVFP4 launch on CUDA both ways, whatever FP4CONVERT_PERSISTENT says."""
+    monkeypatch.setattr(ts, "_PERSISTENT", request.param)
+    return request.param
+
+
+def test_large_random_weight_persistent_launch_equals_cpu(nvfp4_launch):
+    x = torch.randn(4096, 14336, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    for kwargs in ({}, {"tile": "16x16"}):
+        gpu, cpu = quantize_nvfp4(x.cuda(), **kwargs), quantize_nvfp4(x, **kwargs)
+        assert_bytes_equal(gpu.data, cpu.data)
+        assert_bytes_equal(gpu.scale, cpu.scale)
+
+
 @pytest.mark.parametrize("shape", [(4096, 2048), (1536, 768), (48, 80)])
-def test_dense_kernels_on_large_and_odd_shapes_equal_cpu(shape):
+def test_dense_kernels_on_large_and_odd_shapes_equal_cpu(shape, nvfp4_launch):
     x = (torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 0.02).to(torch.bfloat16)
     for kwargs in ({}, {"tile": "16x16"} if shape[0] % 16 == 0 else {}, {"scope": "row"}):
         gpu, cpu = quantize_nvfp4(x.cuda(), **kwargs), quantize_nvfp4(x, **kwargs)
