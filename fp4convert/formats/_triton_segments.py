@@ -48,22 +48,23 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 _NUMPY_MIN = tl.constexpr(_INTERPRETED)
 
 #: the te NVFP4 kernels read bf16 as 32-bit words and round them by PTX (``_bf16_amax``,
-#: ``_e2m1_word``: 9% fewer instructions per column step, bench/kernel_sass.py) where ``HW`` holds.
-#: Its bytes equal the CPU's (tests/formats/test_cuda.py with the variable set passed on an H100), but
-#: it was not faster there: the dense te kernel 64.5 against 62.5 us, 16x16 66.4 against 68.0 us, amax
-#: + quantize 105.1 against 102.0 us (bench/results/nvfp4-ab-h100-stop35-bf16-words.txt), the H100's
-#: pass being near its memory bound. It stays off until an H200, where the same pass is bound by the
-#: instructions it issues, shows a gain. ``FP4CONVERT_BF16_WORDS=1`` (read once, at import) turns it on.
-BF16_WORDS_BY_DEFAULT = False
+#: ``_e2m1_word``: 9% fewer instructions per column step, 56 registers instead of 71; bench/kernel_sass.py)
+#: where ``HW`` holds. Alone it was not faster on an H100 (65.6 against 63.6 us): the grid of a large
+#: weight then ends 0.02 waves past its third (the fewer registers let 9 programs share an SM instead
+#: of 7). With the persistent launch (:data:`PERSISTENT_BY_DEFAULT`) the dense te kernel takes 57.0
+#: against 63.6 us, 16x16 62.9 against 68.2 us, amax + quantize 99.0 against 103.5 us (the persistent
+#: launch alone: 61.1, 66.5, 104.1; bench/results/nvfp4-ab-h100-stop36.txt). ``FP4CONVERT_BF16_WORDS=0``
+#: (read once, at import) turns it off.
+BF16_WORDS_BY_DEFAULT = True
 _BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_WORDS_BY_DEFAULT else "0") == "1")
 
 #: one matrix under one outer amax (``quantize_nvfp4``'s tensor scope) quantized by a persistent launch
 #: (``_nvfp4_tensor_kernel``): as many programs as the SMs hold at once, each taking one column step
 #: after another, instead of a grid of 4-step programs whose last wave may leave most SMs idle (a
 #: 4096x14336 weight: 3584 programs = 3.02 waves of the 9 per SM that the word path's 56 registers
-#: allow, 3.88 waves of 7 without it; bench/device/wave_lab.py). ``FP4CONVERT_PERSISTENT=1`` (read
-#: once, at import) turns it on.
-PERSISTENT_BY_DEFAULT = False
+#: allow, 3.88 waves of 7 without it; bench/device/wave_lab.py: persistent with 8 or 9 programs per SM
+#: 57.7 / 57.2 us, 4 per SM 70.7 us). ``FP4CONVERT_PERSISTENT=0`` (read once, at import) turns it off.
+PERSISTENT_BY_DEFAULT = True
 _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAULT else "0") == "1"
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
 #: each takes several steps, an uneven share included
@@ -681,25 +682,27 @@ def _amax_seg_kernel(
     tl.atomic_max(out_ptr + seg, best.to(tl.int32, bitcast=True))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["nprog"])
 def _amax_dense_kernel(
-    x_ptr, ld, rows, out_ptr, cols,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
+    x_ptr, ld, rows, out_ptr, cols, nprog,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
 ):  # fmt: skip
-    """One matrix's amax into ``out[0]`` (int32 bits): BR rows x CH column steps per program."""
-    r = tl.program_id(0) * BR + tl.arange(0, BR)
-    rmask = r < rows
+    """One matrix's amax into ``out[0]`` (int32 bits), persistent: ``nprog`` programs (as
+    ``_nvfp4_tensor_kernel``), each taking steps of ``BR`` rows x ``BC`` columns ``nprog`` apart,
+    first to last (the quantize pass that follows runs last to first)."""
+    col_steps = tl.cdiv(cols, BC)
+    n = tl.cdiv(rows, BR) * col_steps
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
-    for step in range(CH):
-        c0 = (tl.program_id(1) * CH + step) * BC
-        if c0 < cols:  # the last span may end past the row
-            ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + (c0 + c)[None, :]
-            if EVEN_R and EVEN_C:
-                x = tl.load(ptrs).to(tl.float32)
-            else:
-                x = tl.load(ptrs, mask=rmask[:, None] & ((c0 + c) < cols)[None, :], other=0.0).to(tl.float32)
-            acc = tl.maximum(acc, tl.abs(x))
+    for t in range(tl.program_id(0), n, nprog):
+        r = (t // col_steps) * BR + tl.arange(0, BR)
+        col = (t % col_steps) * BC + c
+        ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + col[None, :]
+        if EVEN_R and EVEN_C:
+            x = tl.load(ptrs).to(tl.float32)
+        else:
+            x = tl.load(ptrs, mask=(r < rows)[:, None] & (col < cols)[None, :], other=0.0).to(tl.float32)
+        acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
     best = tl.max(tl.max(acc, axis=1), axis=0)
     tl.atomic_max(out_ptr, best.to(tl.int32, bitcast=True))
 
@@ -720,17 +723,21 @@ def outer_scales(amax, code: int, gmax: float):
 
 
 def tensor_amax(x2d):
-    """NaN-ignoring amax of a contiguous-row matrix: a float32 0-d tensor, two launches (zero, max)."""
+    """NaN-ignoring amax of a contiguous-row matrix: a float32 0-d tensor, two launches (zero, max).
+    Persistent (bench/device/wave_lab.py, 4096x14336 bf16 on an H100: 40.7 against 42.6 us for a grid
+    of 3584 four-step programs, 3.39 waves of the 8 per SM its 64 registers allow; 98% of the copy
+    roofline)."""
     import torch
 
     rows, cols = x2d.shape
     out = torch.zeros(1, dtype=torch.int32, device=x2d.device)
     if rows and cols:
         bc = launch_shape(cols, 16)
-        _amax_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, AMAX_STEPS))](
-            x2d, x2d.stride(0), rows, out, cols, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS,
-            BC=bc, CH=AMAX_STEPS, enable_fp_fusion=False,
-        )  # fmt: skip
+        args = (x2d, x2d.stride(0), rows, out, cols)
+        constexprs = dict(EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc)
+        steps = triton.cdiv(rows, BLOCK_ROWS) * triton.cdiv(cols, bc)
+        programs = min(steps, resident_programs(_amax_dense_kernel, args, constexprs, x2d.device))
+        _amax_dense_kernel[(programs,)](*args, programs, **constexprs, enable_fp_fusion=False)
     return out.view(torch.float32).reshape(())
 
 
@@ -775,7 +782,7 @@ def resident_programs(kernel, args: tuple, constexprs: dict, device) -> int:
 
     if device.type != "cuda" or _INTERPRETED:
         return INTERPRETED_PROGRAMS
-    key = (kernel, device.index, *sorted(constexprs.items()))
+    key = (kernel, device.index, *constexprs.values())  # the callers build the dict in one order
     if key not in _RESIDENT:
         compiled = kernel.warmup(*args, 1, **constexprs, grid=(1,), enable_fp_fusion=False)
         compiled._init_handles()  # loads the binary: its register count is known from here
@@ -891,7 +898,6 @@ NVFP4_LARGE_STEPS = 4
 #: smaller matrices keep their parallelism instead
 NVFP4_LARGE_GRID = 2048
 MXFP8_STEPS = 1
-AMAX_STEPS = 4
 
 
 def nvfp4_steps(rows: int, cols: int, bc: int) -> int:
@@ -916,7 +922,6 @@ def launch_shape(cols: int, block: int) -> int:
 
 
 __all__ = [
-    "AMAX_STEPS",
     "MXFP8_STEPS",
     "NVFP4_LARGE_GRID",
     "NVFP4_LARGE_STEPS",
