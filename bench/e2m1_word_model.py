@@ -1,7 +1,7 @@
 """A numpy model of ``_triton_segments._e2m1_word``'s PTX (bf16 words -> eight E2M1 codes in one word)
 against the specification's threshold comparisons, on every bf16 value at each of the eight positions
 times 12 encode factors: a check of the sequence's arithmetic (constants, shift order) on a machine
-without a GPU. The GPU's own bytes: tests/formats/test_cuda.py (FP4CONVERT_BF16_WORDS=1).
+without a GPU. The GPU's own bytes: tests/formats/test_cuda.py (the word path is on by default).
 
     python bench/e2m1_word_model.py
 """
