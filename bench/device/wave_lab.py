@@ -27,19 +27,6 @@ from kernel_lab import graph_time, lab_weight
 from fp4convert.formats import _triton_segments as ts
 
 
-def occupancy(kernel) -> int:
-    """Programs of ``kernel`` (a compiled Triton kernel) one SM holds: registers, warps, shared memory."""
-    kernel._init_handles()  # loads the binary: n_regs is known from then on
-    props = torch.cuda.get_device_properties(0)
-    warps = kernel.metadata.num_warps
-    regs = -(-kernel.n_regs // 8) * 8 * 32 * warps
-    # every Hopper SM: 64 Ki registers, 228 KiB shared memory (read from torch where it says)
-    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs if regs else 32
-    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
-    by_smem = smem // kernel.metadata.shared if kernel.metadata.shared else 32
-    return min(by_regs, by_smem, 64 // warps, 32)
-
-
 def main() -> None:
     x = lab_weight()
     rows, cols = x.shape
@@ -59,7 +46,7 @@ def main() -> None:
     grid_kw = dict(common, CH=ch, REVERSE=True, WORDS=True, enable_fp_fusion=False)
     ts._nvfp4_dense_kernel[grid](*grid_args, **grid_kw)
     t = graph_time(lambda: ts._nvfp4_dense_kernel[grid](*grid_args, **grid_kw))
-    occ = occupancy(ts._nvfp4_dense_kernel.warmup(*grid_args, **grid_kw, grid=(1,)))
+    occ = ts.programs_per_sm(ts._nvfp4_dense_kernel.warmup(*grid_args, **grid_kw, grid=(1,)), x.device)
     waves = grid[0] * grid[1] / (occ * sms)
     print(f"grid launch, {ch} steps  {t * 1e6:7.1f} us {gb / t:6.0f} GB/s  {occ} per SM: {waves:.2f} waves")
     for words in (True, False):
@@ -67,7 +54,7 @@ def main() -> None:
         args = (x, x.stride(0), rows, amax, data, scale, cols)
         kw = dict(common, WORDS=words, enable_fp_fusion=False)
         k = ts._nvfp4_tensor_kernel.warmup(*args, 1, **kw, grid=(1,))
-        occ = occupancy(k)
+        occ = ts.programs_per_sm(k, x.device)
         for per_sm in sorted({occ, max(1, occ - 1), max(1, occ // 2), 2 * occ}):
             launch = ts._nvfp4_tensor_kernel[(sms * per_sm,)]
             data.zero_()
@@ -81,7 +68,8 @@ def main() -> None:
             )
     out = torch.zeros(1, dtype=torch.int32, device=x.device)
     akw = dict(EVEN_R=True, EVEN_C=True, BR=ts.BLOCK_ROWS, BC=bc, enable_fp_fusion=False)
-    occ = occupancy(ts._amax_dense_kernel.warmup(x, x.stride(0), rows, out, cols, 1, **akw, grid=(1,)))
+    compiled = ts._amax_dense_kernel.warmup(x, x.stride(0), rows, out, cols, 1, **akw, grid=(1,))
+    occ = ts.programs_per_sm(compiled, x.device)
     for per_sm in sorted({occ, max(1, occ // 2), max(1, occ // 4)}):
         launch = ts._amax_dense_kernel[(sms * per_sm,)]
         out.zero_()

@@ -59,11 +59,12 @@ BF16_WORDS_BY_DEFAULT = True
 _BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_WORDS_BY_DEFAULT else "0") == "1")
 
 #: one matrix under one outer amax (``quantize_nvfp4``'s tensor scope) quantized by a persistent launch
-#: (``_nvfp4_tensor_kernel``): as many programs as the SMs hold at once, each taking one column step
-#: after another, instead of a grid of 4-step programs whose last wave may leave most SMs idle (a
-#: 4096x14336 weight: 3584 programs = 3.02 waves of the 9 per SM that the word path's 56 registers
-#: allow, 3.88 waves of 7 without it; bench/device/wave_lab.py: persistent with 8 or 9 programs per SM
-#: 57.7 / 57.2 us, 4 per SM 70.7 us). ``FP4CONVERT_PERSISTENT=0`` (read once, at import) turns it off.
+#: (``_nvfp4_tensor_kernel``, :func:`launch_persistent`): as many programs as the SMs hold at once,
+#: each taking one column step after another, instead of a grid of 4-step programs whose last wave
+#: may leave most SMs idle (a 4096x14336 weight: 3584 programs = 3.02 waves of the 9 per SM that the
+#: word path's 56 registers allow, 3.88 waves of 7 without it; bench/device/wave_lab.py: persistent
+#: with 8 or 9 programs per SM 57.7 / 57.2 us, 4 per SM 70.7 us). ``FP4CONVERT_PERSISTENT=0`` (read
+#: once, at import) turns it off.
 PERSISTENT_BY_DEFAULT = True
 _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAULT else "0") == "1"
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
@@ -733,11 +734,8 @@ def tensor_amax(x2d):
     out = torch.zeros(1, dtype=torch.int32, device=x2d.device)
     if rows and cols:
         bc = launch_shape(cols, 16)
-        args = (x2d, x2d.stride(0), rows, out, cols)
         constexprs = dict(EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc)
-        steps = triton.cdiv(rows, BLOCK_ROWS) * triton.cdiv(cols, bc)
-        programs = min(steps, resident_programs(_amax_dense_kernel, args, constexprs, x2d.device))
-        _amax_dense_kernel[(programs,)](*args, programs, **constexprs, enable_fp_fusion=False)
+        launch_persistent(_amax_dense_kernel, (x2d, x2d.stride(0), rows, out, cols), constexprs, x2d.device)
     return out.view(torch.float32).reshape(())
 
 
@@ -750,18 +748,15 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     rows, cols = x2d.shape
     data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=x2d.device)
+    bc = launch_shape(cols, 16)
     if rows and cols and _PERSISTENT and unit_rows >= rows:
-        bc = launch_shape(cols, 16)
-        args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
         constexprs = dict(
             PROFILE=code, GMAX=gmax, TILE16=tile16, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
             BR=BLOCK_ROWS, BC=bc, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d),
         )  # fmt: skip
-        steps = triton.cdiv(rows, BLOCK_ROWS) * triton.cdiv(cols, bc)
-        programs = min(steps, resident_programs(_nvfp4_tensor_kernel, args, constexprs, x2d.device))
-        _nvfp4_tensor_kernel[(programs,)](*args, programs, **constexprs, enable_fp_fusion=False)
+        args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
+        launch_persistent(_nvfp4_tensor_kernel, args, constexprs, x2d.device)
     elif rows and cols:
-        bc = launch_shape(cols, 16)
         steps = nvfp4_steps(rows, cols, bc)
         _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, steps))](
             x2d, x2d.stride(0), rows, amax, data, scale, cols, unit_rows, PROFILE=code, GMAX=gmax, TILE16=tile16,
@@ -774,32 +769,46 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
 _RESIDENT: dict[tuple, int] = {}
 
 
-def resident_programs(kernel, args: tuple, constexprs: dict, device) -> int:
-    """Programs of a persistent ``kernel`` (its last argument the grid's size) that all SMs of
-    ``device`` hold at once, from the compiled kernel's registers, warps and shared memory; once per
-    kernel, device and constants. :data:`INTERPRETED_PROGRAMS` off CUDA."""
+def launch_persistent(kernel, args: tuple, constexprs: dict, device) -> None:
+    """Launch a persistent ``kernel`` over one matrix (``args[2]`` rows, ``args[-1]`` columns; its
+    last argument the grid's size) in steps of ``BR`` x ``BC``: as many programs as all SMs of
+    ``device`` hold at once (:func:`programs_per_sm` of the compiled kernel, counted once per kernel,
+    device and constants), at most one per step; :data:`INTERPRETED_PROGRAMS` off CUDA."""
     import torch
 
+    steps = triton.cdiv(args[2], constexprs["BR"]) * triton.cdiv(args[-1], constexprs["BC"])
     if device.type != "cuda" or _INTERPRETED:
-        return INTERPRETED_PROGRAMS
-    key = (kernel, device.index, *constexprs.values())  # the callers build the dict in one order
-    if key not in _RESIDENT:
-        compiled = kernel.warmup(*args, 1, **constexprs, grid=(1,), enable_fp_fusion=False)
-        compiled._init_handles()  # loads the binary: its register count is known from here
-        props = torch.cuda.get_device_properties(device)
-        warps = compiled.metadata.num_warps
-        # registers are allocated per warp in units of 256 (8 per thread); every SM since sm_50 has
-        # 64 Ki of them (torch lists the figure on newer builds only); 1 KiB of shared memory is
-        # reserved per program; at most 32 programs per SM (sm_90)
-        regs = -(-compiled.n_regs // 8) * 8 * 32 * warps
-        per_sm = min(
-            getattr(props, "regs_per_multiprocessor", 65536) // max(regs, 1),
-            props.max_threads_per_multi_processor // (32 * warps),
-            props.shared_memory_per_multiprocessor // (compiled.metadata.shared + 1024),
-            32,
-        )
-        _RESIDENT[key] = max(1, per_sm) * props.multi_processor_count
-    return _RESIDENT[key]
+        resident = INTERPRETED_PROGRAMS
+    else:
+        key = (kernel, device.index, *constexprs.values())  # the callers build the dict in one order
+        if key not in _RESIDENT:
+            compiled = kernel.warmup(*args, 1, **constexprs, grid=(1,), enable_fp_fusion=False)
+            sms = torch.cuda.get_device_properties(device).multi_processor_count
+            _RESIDENT[key] = programs_per_sm(compiled, device) * sms
+        resident = _RESIDENT[key]
+    programs = min(steps, resident)
+    kernel[(programs,)](*args, programs, **constexprs, enable_fp_fusion=False)
+
+
+def programs_per_sm(compiled, device) -> int:
+    """Programs of a compiled Triton kernel that one SM of ``device`` holds at once, from its
+    registers, warps and shared memory (at least 1)."""
+    import torch
+
+    compiled._init_handles()  # loads the binary: its register count is known from here
+    props = torch.cuda.get_device_properties(device)
+    warps = compiled.metadata.num_warps
+    # registers are allocated per warp in units of 256 (8 per thread); every SM since sm_50 has 64 Ki
+    # of them (torch lists the figure on newer builds only); 1 KiB of shared memory is reserved per
+    # program; at most 32 programs per SM (sm_90)
+    regs = -(-compiled.n_regs // 8) * 8 * 32 * warps
+    per_sm = min(
+        getattr(props, "regs_per_multiprocessor", 65536) // max(regs, 1),
+        props.max_threads_per_multi_processor // (32 * warps),
+        props.shared_memory_per_multiprocessor // (compiled.metadata.shared + 1024),
+        32,
+    )
+    return max(1, per_sm)
 
 
 def _bf16_words(x2d) -> bool:
@@ -936,13 +945,14 @@ __all__ = [
     "_nvfp4_tensor_kernel",
     "hardware_e4m3",
     "has_e4m3_instruction",
+    "launch_persistent",
     "launch_shape",
     "mxfp8_col_dense",
     "mxfp8_dense",
     "nvfp4_dense",
     "nvfp4_steps",
     "outer_scales",
-    "resident_programs",
+    "programs_per_sm",
     "spans",
     "tensor_amax",
 ]

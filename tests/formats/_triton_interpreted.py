@@ -92,6 +92,15 @@ def e2m1_rounding() -> None:
     print("ok e2m1", table.numel(), flush=True)
 
 
+def _nvfp4_dense_launched(persistent: bool, *args):  # type: ignore[no-untyped-def]
+    """``ts.nvfp4_dense(*args)`` by the persistent launch or by the grid of column-step programs."""
+    default, ts._PERSISTENT = ts._PERSISTENT, persistent
+    try:
+        return ts.nvfp4_dense(*args)
+    finally:
+        ts._PERSISTENT = default
+
+
 def dense_kernels() -> None:
     dense_cases = (
         ((40, 288), torch.bfloat16),
@@ -113,11 +122,9 @@ def dense_kernels() -> None:
                 # the tensor scope by the grid of column-step programs and by the persistent launch
                 # (INTERPRETED_PROGRAMS programs: some take more steps than others)
                 for persistent in (False, True):
-                    ts._PERSISTENT = persistent
-                    got = ts.nvfp4_dense(x, finite.amax().reshape(1), shape[0], code, gmax, tile16)
+                    got = _nvfp4_dense_launched(persistent, x, finite.amax().reshape(1), shape[0], code, gmax, tile16)
                     assert_bytes_equal(got[0], want[0])
                     assert_bytes_equal(got[1], want[1])
-                ts._PERSISTENT = False
             rows = finite.amax(1).contiguous()  # row scope: one outer amax per row
             got = ts.nvfp4_dense(x, rows, 1, code, gmax, False)
             want = nvfp4_matrix_reference(x, rows, profile, tile="1x16")
@@ -141,7 +148,7 @@ def dense_kernels() -> None:
     default, ts.NVFP4_LARGE_GRID = ts.NVFP4_LARGE_GRID, 1
     try:
         assert ts.nvfp4_steps(32, 800, ts.launch_shape(800, 16)) == ts.NVFP4_LARGE_STEPS == 4
-        got = ts.nvfp4_dense(x, amax.reshape(1), 32, 0, 2688.0, False)
+        got = _nvfp4_dense_launched(False, x, amax.reshape(1), 32, 0, 2688.0, False)  # the grid launch
     finally:
         ts.NVFP4_LARGE_GRID = default
     want = nvfp4_matrix_reference(x, amax.expand(32), "te")

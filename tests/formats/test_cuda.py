@@ -338,7 +338,7 @@ def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16():
     # is the canonical, positive NaN). Both functions, called directly whatever the variable says:
     # every bf16 pattern at each of the eight positions of a word group, times encode factors from
     # subnormal to FLT_MAX (normals, subnormals, ties, saturation, inf, NaN of either sign, -0). The
-    # kernels' bytes with the variable set: the other tests here, run so (bench/device/run_35a.sh).
+    # kernels' bytes with the path on: the other tests here (it is on by default).
     if not ts.has_e4m3_instruction(torch.device("cuda")):
         pytest.skip("the word path runs on compute capability 8.9 and later")
     tiny = torch.finfo(torch.float32).tiny
