@@ -67,6 +67,12 @@ _BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_W
 #: once, at import) turns it off.
 PERSISTENT_BY_DEFAULT = True
 _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAULT else "0") == "1"
+#: the persistent launch reads its next step before it encodes the current one (``PREFETCH`` of
+#: ``_nvfp4_tensor_kernel``): the quantize pass is bound by latency, not bytes (an H200 and an H100
+#: take the same ~60 us on a 4096x14336 weight). Off until measured; ``FP4CONVERT_PREFETCH=1`` (read
+#: once, at import) turns it on.
+PREFETCH_BY_DEFAULT = False
+_PREFETCH = os.environ.get("FP4CONVERT_PREFETCH", "1" if PREFETCH_BY_DEFAULT else "0") == "1"
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
 #: each takes several steps, an uneven share included
 INTERPRETED_PROGRAMS = 3
@@ -363,22 +369,65 @@ def _nvfp4_rows(
     its values are read as 32-bit words and rounded by PTX (``_bf16_amax``, ``_e2m1_word``).
     ``VERIFY`` compares with the bytes already at the outputs instead of writing them; returns, per
     row, whether any data word and any scale byte differ (int32 0/1; zeros when writing)."""
+    AS_WORDS: tl.constexpr = WORDS and HW and PROFILE != 2 and _BF16_WORDS
+    v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, AS_WORDS)
+    return _nvfp4_encode(
+        v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC, VERIFY,
+        HW, AS_WORDS,
+    )  # fmt: skip
+
+
+@triton.jit
+def _nvfp4_load(
+    src, ld, r, rmask, cols, c0,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BC: tl.constexpr, AS_WORDS: tl.constexpr,
+):  # fmt: skip
+    """Columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` as ``_nvfp4_encode`` takes them: [rows,
+    blocks, half, 4] 32-bit words of bf16 pairs (``AS_WORDS``), else [rows, blocks, half, 8] values
+    as stored; a thread holds one 16-byte load of each half block. Zeros where masked."""
+    NB: tl.constexpr = BC // 16
+    h = tl.arange(0, 2)
+    blk = c0 // 16 + tl.arange(0, NB)
+    if AS_WORDS:
+        # a bf16's float32 is its bits shifted up, so the encode issues no conversion
+        k = tl.arange(0, 4)
+        wcol = blk[None, :, None, None] * 8 + h[None, None, :, None] * 4 + k[None, None, None, :]
+        ptrs = src.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64)[:, None, None, None] * (ld // 2) + wcol
+    else:
+        j = tl.arange(0, 8)
+        col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
+        ptrs = src + r.to(tl.int64)[:, None, None, None] * ld + col  # 64-bit: tensors past 2^31 elements
+    if EVEN_R and EVEN_C:
+        v = tl.load(ptrs)
+    else:
+        v = tl.load(ptrs, mask=rmask[:, None, None, None] & (blk < cols // 16)[None, :, None, None], other=0)
+    return v
+
+
+@triton.jit
+def _nvfp4_step_load(
+    src, ld, rows, cols, step, col_steps,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, AS_WORDS: tl.constexpr,
+):  # fmt: skip
+    """``_nvfp4_load`` of step ``step`` of a matrix cut into ``BR`` x ``BC`` steps, row-major."""
+    r = (step // col_steps) * BR + tl.arange(0, BR)
+    return _nvfp4_load(src, ld, r, r < rows, cols, (step % col_steps) * BC, EVEN_R, EVEN_C, BC, AS_WORDS)
+
+
+@triton.jit
+def _nvfp4_encode(
+    v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
+    PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, VERIFY: tl.constexpr, HW: tl.constexpr, AS_WORDS: tl.constexpr,
+):  # fmt: skip
+    """``_nvfp4_rows`` of the values ``_nvfp4_load`` read (a separate step so that a loop can read
+    its next step's values before it encodes these)."""
     NB: tl.constexpr = BC // 16
     h = tl.arange(0, 2)
     nblocks = cols // 16
     blk = c0 // 16 + tl.arange(0, NB)
-    if WORDS and HW and PROFILE != 2 and _BF16_WORDS:
-        # [rows, blocks, half, 4 words]: a thread holds 8 consecutive bf16 (one 16-byte load) as
-        # four 32-bit words; a bf16's float32 is its bits shifted up, so no conversion is issued
-        k = tl.arange(0, 4)
-        wcol = blk[None, :, None, None] * 8 + h[None, None, :, None] * 4 + k[None, None, None, :]
-        wptrs = src.to(tl.pointer_type(tl.uint32)) + r.to(tl.int64)[:, None, None, None] * (ld // 2) + wcol
-        if EVEN_R and EVEN_C:
-            w = tl.load(wptrs)
-        else:
-            m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
-            w = tl.load(wptrs, mask=m4, other=0)
-        w02, w13 = tl.split(tl.reshape(w, (BR, NB, 2, 2, 2)))  # registers renamed, no data moves
+    if AS_WORDS:
+        w02, w13 = tl.split(tl.reshape(v, (BR, NB, 2, 2, 2)))  # registers renamed, no data moves
         w0, w2 = tl.split(w02)
         w1, w3 = tl.split(w13)
         half = tl.max(_bf16_amax(w0, w1, w2, w3), axis=2)  # NaN-ignoring, as _absmax
@@ -386,17 +435,10 @@ def _nvfp4_rows(
         sf, enc = _nvfp4_block_scales(amax, sdec, mult, PROFILE, HW)
         words = _e2m1_word(w0, w1, w2, w3, enc[:, :, None])
     else:
+        # each thread packs the codes of its 8 consecutive values into one 32-bit word (little
+        # endian: element 2i in the low nibble of byte i)
         j = tl.arange(0, 8)
-        # [rows, blocks, half, 8]: a thread holds 8 consecutive values (one 16-byte load) and packs
-        # their codes into one 32-bit word (little endian: element 2i in the low nibble of byte i)
-        col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
-        ptrs = src + r.to(tl.int64)[:, None, None, None] * ld + col  # 64-bit: tensors past 2^31 elements
-        if EVEN_R and EVEN_C:
-            x = tl.load(ptrs).to(tl.float32)
-        else:
-            m4 = rmask[:, None, None, None] & (blk < nblocks)[None, :, None, None]
-            x = tl.load(ptrs, mask=m4, other=0.0).to(tl.float32)
-        codes, sf = _nvfp4_chunk(x, sdec, mult, PROFILE, TILE16, HW)
+        codes, sf = _nvfp4_chunk(v.to(tl.float32), sdec, mult, PROFILE, TILE16, HW)
         words = tl.sum(codes.to(tl.uint32) << (j * 4).to(tl.uint32)[None, None, None, :], axis=3)
     sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
     wptr = (
@@ -506,22 +548,37 @@ def _nvfp4_dense_kernel(
 def _nvfp4_tensor_kernel(
     x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, nprog,
     PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
-    """One matrix under the one outer amax ``amax[0]``, persistent: ``nprog`` programs (the grid;
-    ``nprog`` is not specialized, so the kernel measured for its occupancy is the one launched), each
-    computing the outer scales once and then taking steps of ``BR`` rows x ``BC`` columns ``nprog``
-    apart, last to first (as ``_nvfp4_dense_kernel`` with ``REVERSE``)."""
+    """One matrix under the one outer amax ``amax[0]``, persistent: ``nprog`` programs (the grid, at
+    most one per step; ``nprog`` is not specialized, so the kernel measured for its occupancy is the
+    one launched), each computing the outer scales once and then taking steps of ``BR`` rows x ``BC``
+    columns ``nprog`` apart, last to first (as ``_nvfp4_dense_kernel`` with ``REVERSE``).
+    ``PREFETCH``: a program issues its next step's loads before it encodes this step's values, so
+    its warps wait on memory while they compute rather than after (its last step reads its own
+    values again, which the L1 cache holds)."""
+    AS_WORDS: tl.constexpr = WORDS and HW and PROFILE != 2 and _BF16_WORDS
     col_steps = tl.cdiv(cols, BC)
     n = tl.cdiv(rows, BR) * col_steps
     sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
+    if PREFETCH:
+        first = n - 1 - tl.program_id(0)
+        v = _nvfp4_step_load(x_ptr, ld, rows, cols, first, col_steps, EVEN_R, EVEN_C, BR, BC, AS_WORDS)
     for t in range(tl.program_id(0), n, nprog):
         step = n - 1 - t
         r = (step // col_steps) * BR + tl.arange(0, BR)
-        _nvfp4_rows(
-            x_ptr, ld, r, r < rows, r, sdec, mult, data_ptr, scale_ptr, cols, (step % col_steps) * BC, PROFILE,
-            TILE16, EVEN_R, EVEN_C, BR, BC, False, HW, WORDS,
+        c0 = (step % col_steps) * BC
+        if PREFETCH:
+            nxt = t + nprog * (t + nprog < n)  # past the last step: this step again
+            ahead = _nvfp4_step_load(x_ptr, ld, rows, cols, n - 1 - nxt, col_steps, EVEN_R, EVEN_C, BR, BC, AS_WORDS)
+        else:
+            v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, AS_WORDS)
+        _nvfp4_encode(
+            v, r < rows, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
+            False, HW, AS_WORDS,
         )  # fmt: skip
+        if PREFETCH:
+            v = ahead
 
 
 @triton.jit
@@ -752,7 +809,7 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     if rows and cols and _PERSISTENT and unit_rows >= rows:
         constexprs = dict(
             PROFILE=code, GMAX=gmax, TILE16=tile16, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
-            BR=BLOCK_ROWS, BC=bc, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d),
+            BR=BLOCK_ROWS, BC=bc, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d), PREFETCH=_PREFETCH,
         )  # fmt: skip
         args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
         launch_persistent(_nvfp4_tensor_kernel, args, constexprs, x2d.device)

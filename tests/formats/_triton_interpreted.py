@@ -92,13 +92,19 @@ def e2m1_rounding() -> None:
     print("ok e2m1", table.numel(), flush=True)
 
 
-def _nvfp4_dense_launched(persistent: bool, *args):  # type: ignore[no-untyped-def]
-    """``ts.nvfp4_dense(*args)`` by the persistent launch or by the grid of column-step programs."""
-    default, ts._PERSISTENT = ts._PERSISTENT, persistent
+#: the tensor scope's NVFP4 launches: (persistent, prefetch)
+NVFP4_LAUNCHES = {"grid": (False, False), "persistent": (True, False), "persistent-prefetch": (True, True)}
+
+
+def _nvfp4_dense_launched(launch: str, *args):  # type: ignore[no-untyped-def]
+    """``ts.nvfp4_dense(*args)`` by one of :data:`NVFP4_LAUNCHES`: the grid of column-step programs,
+    or the persistent launch without or with its next step read ahead."""
+    default = ts._PERSISTENT, ts._PREFETCH
+    ts._PERSISTENT, ts._PREFETCH = NVFP4_LAUNCHES[launch]
     try:
         return ts.nvfp4_dense(*args)
     finally:
-        ts._PERSISTENT = default
+        ts._PERSISTENT, ts._PREFETCH = default
 
 
 def dense_kernels() -> None:
@@ -119,10 +125,10 @@ def dense_kernels() -> None:
                 want = nvfp4_matrix_reference(
                     x, finite.amax().expand(shape[0]), profile, tile="16x16" if tile16 else "1x16"
                 )
-                # the tensor scope by the grid of column-step programs and by the persistent launch
-                # (INTERPRETED_PROGRAMS programs: some take more steps than others)
-                for persistent in (False, True):
-                    got = _nvfp4_dense_launched(persistent, x, finite.amax().reshape(1), shape[0], code, gmax, tile16)
+                # the tensor scope by every launch (the persistent ones with INTERPRETED_PROGRAMS
+                # programs: some take more steps than others)
+                for launch in NVFP4_LAUNCHES:
+                    got = _nvfp4_dense_launched(launch, x, finite.amax().reshape(1), shape[0], code, gmax, tile16)
                     assert_bytes_equal(got[0], want[0])
                     assert_bytes_equal(got[1], want[1])
             rows = finite.amax(1).contiguous()  # row scope: one outer amax per row
@@ -148,7 +154,7 @@ def dense_kernels() -> None:
     default, ts.NVFP4_LARGE_GRID = ts.NVFP4_LARGE_GRID, 1
     try:
         assert ts.nvfp4_steps(32, 800, ts.launch_shape(800, 16)) == ts.NVFP4_LARGE_STEPS == 4
-        got = _nvfp4_dense_launched(False, x, amax.reshape(1), 32, 0, 2688.0, False)  # the grid launch
+        got = _nvfp4_dense_launched("grid", x, amax.reshape(1), 32, 0, 2688.0, False)
     finally:
         ts.NVFP4_LARGE_GRID = default
     want = nvfp4_matrix_reference(x, amax.expand(32), "te")

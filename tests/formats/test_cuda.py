@@ -146,10 +146,13 @@ def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype, e4m3_instr
     check_mxfp8(group(dtype, "cuda")[0])
 
 
-@pytest.fixture(params=[False, True], ids=["column-step-grid", "persistent"])
+@pytest.fixture(params=[(False, False), (True, False), (True, True)], ids=["grid", "persistent", "prefetch"])
 def nvfp4_launch(request, monkeypatch):
-    """The tensor scope's NVFP4 launch on CUDA both ways, whatever FP4CONVERT_PERSISTENT says."""
-    monkeypatch.setattr(ts, "_PERSISTENT", request.param)
+    """The tensor scope's NVFP4 launches on CUDA (the grid of column-step programs, the persistent
+    launch without and with its next step read ahead), whatever FP4CONVERT_PERSISTENT and
+    FP4CONVERT_PREFETCH say."""
+    monkeypatch.setattr(ts, "_PERSISTENT", request.param[0])
+    monkeypatch.setattr(ts, "_PREFETCH", request.param[1])
     return request.param
 
 
