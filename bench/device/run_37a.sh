@@ -15,6 +15,7 @@ for i in 1 2; do
   echo "== both off"; FP4CONVERT_BF16_WORDS=0 FP4CONVERT_PERSISTENT=0 timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
 done
 timeout 50 python3 bench/device/wave_lab.py
+[ -n "$NO_SYNC" ] && exit 0  # NO_SYNC=1: the kernel rows only (an H100, whose sync rows stop 36 measured)
 L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
 echo "== sync rows, $L layers, both off"
 FP4CONVERT_BF16_WORDS=0 FP4CONVERT_PERSISTENT=0 timeout 90 python3 bench/live_sync.py --skip-kernels --layers $L --repeat 3 > $OUT/live_sync$L-off.txt 2>&1
