@@ -59,8 +59,10 @@ def _kernels() -> dict[str, tuple[object, dict[str, str], dict[str, object]]]:
             {**{k: v for k, v in dense.items() if k != "unit_rows"}, "nprog": "i32"},
             {k: v for k, v in dense_k.items() if k not in ("CH", "REVERSE")} | {"PROFILE": 0, "PREFETCH": True},
         ),
-        "nvfp4 segments, write": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": False}),
-        "nvfp4 segments, compare": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": True}),
+        "nvfp4 segments, write": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": False, "PREFETCH": False}),
+        "nvfp4 segments, compare": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": True, "PREFETCH": False}),
+        "nvfp4 seg. write, prefetch": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": False, "PREFETCH": True}),
+        "nvfp4 seg. compare, prefetch": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": True, "PREFETCH": True}),
     }
 
 

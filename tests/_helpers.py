@@ -101,14 +101,15 @@ def _reference_amax(x: torch.Tensor) -> torch.Tensor:
 
 
 def check_nvfp4_segments(parts: list[torch.Tensor], units: list[int], profile: str, tile: str) -> None:
-    layout = SegmentLayout.of([p.shape[0] for p in parts], units, cols=128)
+    cols = parts[0].shape[1]
+    layout = SegmentLayout.of([p.shape[0] for p in parts], units, cols=cols)
     sources = Sources(layout).bind(parts)
     amax = unit_amax(sources)
     for u in range(layout.num_units):
         members = [p for p, unit in zip(parts, units, strict=True) if unit == u]
         assert_bytes_equal(amax[u], torch.stack([_reference_amax(p) for p in members]).amax().to(amax.device))
-    data = torch.empty(layout.total_rows, 64, dtype=torch.uint8, device=parts[0].device)
-    scale = torch.empty(layout.total_rows, 8, dtype=torch.uint8, device=parts[0].device)
+    data = torch.empty(layout.total_rows, cols // 2, dtype=torch.uint8, device=parts[0].device)
+    scale = torch.empty(layout.total_rows, cols // 16, dtype=torch.uint8, device=parts[0].device)
     nvfp4_segments(sources, amax, profile, tile=tile, data=data, scale=scale)
     for p, unit, row in zip(parts, units, layout.out_rows, strict=True):
         rows = p.shape[0]

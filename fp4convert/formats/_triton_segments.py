@@ -475,12 +475,14 @@ def _nvfp4_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols, bad_ptr,
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
     EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, VERIFY: tl.constexpr,
-    HW: tl.constexpr,
+    HW: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """One ``(segment, first row)`` block per program, and one span of ``CH`` column steps (``CH``
     0: the whole row, as grouped launches run); the segment's unit amax gives its scales.
     ``VERIFY`` (with ``CH`` 0) compares with the bytes at ``data``/``scale`` instead of writing
-    them, and writes ``bad[row] = (data differs, scale differs)`` (int32 0/1) for every output row."""
+    them, and writes ``bad[row] = (data differs, scale differs)`` (int32 0/1) for every output row.
+    ``PREFETCH`` (with ``CH`` 0): each column step's loads are issued before the previous step is
+    encoded (as ``_nvfp4_tensor_kernel``'s)."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -495,13 +497,23 @@ def _nvfp4_seg_kernel(
     if CH == 0:  # the whole row
         bad_w = tl.zeros((BR,), dtype=tl.int32)
         bad_s = tl.zeros((BR,), dtype=tl.int32)
+        AS_WORDS: tl.constexpr = DT == tl.bfloat16 and HW and PROFILE != 2 and _BF16_WORDS
+        if PREFETCH:
+            v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, AS_WORDS)
         for c0 in range(0, cols, BC):
-            w, sc = _nvfp4_rows(
-                src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C,
-                BR, BC, VERIFY, HW, DT == tl.bfloat16,
+            if PREFETCH:
+                c1 = c0 + BC * (c0 + BC < cols)  # past the last step: this step again
+                ahead = _nvfp4_load(src, ld, r, rmask, cols, c1, EVEN_R, EVEN_C, BC, AS_WORDS)
+            else:
+                v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, AS_WORDS)
+            w, sc = _nvfp4_encode(
+                v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
+                VERIFY, HW, AS_WORDS,
             )  # fmt: skip
             bad_w = tl.maximum(bad_w, w)
             bad_s = tl.maximum(bad_s, sc)
+            if PREFETCH:
+                v = ahead
         if VERIFY:
             tl.store(bad_ptr + 2 * orow.to(tl.int64), bad_w, mask=rmask)
             tl.store(bad_ptr + 2 * orow.to(tl.int64) + 1, bad_s, mask=rmask)

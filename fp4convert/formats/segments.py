@@ -367,7 +367,7 @@ def _launch_nvfp4(
         data, scale, layout.cols, data if bad is None else bad, DT=_tl_dtype(sources.dtype),
         PROFILE=kernels.PROFILE_CODES[spec.chain], GMAX=spec.global_max, TILE16=tile == "16x16",
         EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=0, VERIFY=bad is not None,
-        HW=ts.hardware_e4m3(device), enable_fp_fusion=False,  # type: ignore[attr-defined]
+        HW=ts.hardware_e4m3(device), PREFETCH=ts._PREFETCH, enable_fp_fusion=False,  # type: ignore[attr-defined]
     )  # fmt: skip
 
 

@@ -61,6 +61,19 @@ def segment_kernels() -> None:
             check_nvfp4_segment_mismatches(odd, [0, 1], profile, "1x16")
         check_mxfp8_segments(segment_group(dtype)[0])
         print("ok segments", dtype, flush=True)
+    # rows of several column steps (800 = 3 x 256 + 32: the last step masked; 512: none masked), each
+    # step's values read before the previous step is encoded (PREFETCH) or after
+    for prefetch in (False, True):
+        default, ts._PREFETCH = ts._PREFETCH, prefetch
+        try:
+            for dtype, profile in ((torch.bfloat16, "te"), (torch.float32, "modelopt")):
+                for cols, rows in ((800, (32, 21, 16)), (512, (32, 16, 16))):
+                    wide = [adversarial((n, cols), dtype, seed=30 + i) for i, n in enumerate(rows)]
+                    check_nvfp4_segments(wide, [0, 1, 1], profile, "1x16")
+                    check_nvfp4_segment_mismatches(wide, [0, 1, 1], profile, "1x16")
+        finally:
+            ts._PREFETCH = default
+        print("ok segments, several column steps, prefetch", prefetch, flush=True)
 
 
 def outer_scale_kernel() -> None:

@@ -141,6 +141,18 @@ def test_one_pass_nvfp4_compare_on_cuda_flags_exactly_the_differing_rows(dtype, 
     check_nvfp4_mismatches(odd, [0, 1], profile, "1x16")
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["read-then-encode", "prefetch"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_segment_kernels_on_rows_of_several_column_steps_equal_the_cpu_reference(dtype, prefetch, monkeypatch):
+    # 2048 columns (8 steps, an expert's width), 800 (the last of 4 steps masked, 21 rows: masked rows)
+    monkeypatch.setattr(ts, "_PREFETCH", prefetch)
+    for cols, rows in ((2048, (768, 768, 256)), (800, (32, 21, 16))):
+        parts = [adversarial((n, cols), dtype, seed=40 + i).cuda() for i, n in enumerate(rows)]
+        for profile in ("te", "modelopt"):
+            check_nvfp4(parts, [0, 1, 1], profile, "1x16")
+            check_nvfp4_mismatches(parts, [0, 1, 1], profile, "1x16")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype, e4m3_instruction):
     check_mxfp8(group(dtype, "cuda")[0])
