@@ -67,10 +67,12 @@ _BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_W
 #: once, at import) turns it off.
 PERSISTENT_BY_DEFAULT = True
 _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAULT else "0") == "1"
-#: the persistent launch reads its next step before it encodes the current one (``PREFETCH`` of
-#: ``_nvfp4_tensor_kernel``): the quantize pass is bound by latency, not bytes (an H200 and an H100
-#: take the same ~60 us on a 4096x14336 weight). Off until measured; ``FP4CONVERT_PREFETCH=1`` (read
-#: once, at import) turns it on.
+#: the NVFP4 loops read their next column step before they encode the current one (``PREFETCH`` of
+#: ``_nvfp4_tensor_kernel`` and ``_nvfp4_seg_kernel``), for a pass bound by latency rather than bytes
+#: (an H200 and an H100 took the same ~62 us on a 4096x14336 weight, stop 31). Off: the values read
+#: ahead cost 10 registers (66: 7 programs per SM instead of 9), and on an H100 the te 1x16 pass took
+#: 64.9-65.3 against 56.9 us, the 36-layer LiveExporter 46.9 against 44.5 ms
+#: (bench/results/nvfp4-ab-h100-stop37.txt). ``FP4CONVERT_PREFETCH=1`` (read once, at import) turns it on.
 PREFETCH_BY_DEFAULT = False
 _PREFETCH = os.environ.get("FP4CONVERT_PREFETCH", "1" if PREFETCH_BY_DEFAULT else "0") == "1"
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
