@@ -24,8 +24,8 @@ from io import BytesIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# count the kernels as they run with every path on (read when fp4convert is imported; the other
-# revision's subprocess inherits it)
+# count the kernels as they run with every path on: this tree's kernels take the word path as WORDS;
+# revisions before stop 37 read this variable in the kernels (the other revision's subprocess inherits it)
 os.environ.setdefault("FP4CONVERT_BF16_WORDS", "1")
 
 
@@ -45,10 +45,10 @@ def _kernels() -> dict[str, tuple[object, dict[str, str], dict[str, object]]]:
            "unit_ptr": "*i32", "amax_ptr": "*fp32", "data_ptr": "*u8", "scale_ptr": "*u8", "cols": "i32",
            "bad_ptr": "*i32"}  # fmt: skip
     seg_k = {"DT": tl.bfloat16, "PROFILE": 0, "GMAX": 2688.0, "TILE16": False, "EVEN_R": True, "EVEN_C": True,
-             "BR": 16, "BC": 256, "CH": 0, "HW": True}  # fmt: skip
+             "BR": 16, "BC": 256, "CH": 0, "HW": True, "WORDS": True}  # fmt: skip
     return {
         "nvfp4 dense, te": (ts._nvfp4_dense_kernel, dense, {"PROFILE": 0, **dense_k}),
-        "nvfp4 dense, modelopt": (ts._nvfp4_dense_kernel, dense, {"PROFILE": 2, **dense_k}),
+        "nvfp4 dense, modelopt": (ts._nvfp4_dense_kernel, dense, {**dense_k, "PROFILE": 2, "WORDS": False}),
         "nvfp4 tensor, persistent": (
             ts._nvfp4_tensor_kernel,
             {**{k: v for k, v in dense.items() if k != "unit_rows"}, "nprog": "i32"},

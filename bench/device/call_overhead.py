@@ -54,7 +54,8 @@ def main() -> None:
     def bare_nvfp4() -> None:
         ts._nvfp4_dense_kernel[(1, 8)](
             x, cols, rows, amax, data, scale, cols, rows, PROFILE=0, GMAX=2688.0, TILE16=False, EVEN_R=True,
-            EVEN_C=True, BR=16, BC=256, CH=2, REVERSE=True, HW=hw, WORDS=True, enable_fp_fusion=False,
+            EVEN_C=True, BR=16, BC=256, CH=2, REVERSE=True, HW=hw, WORDS=ts.word_path(True, hw, 0),
+            enable_fp_fusion=False,
         )  # fmt: skip
 
     def bare_mxfp8() -> None:

@@ -36,7 +36,7 @@ def main() -> None:
     y = torch.empty_like(x)
     roof = 2 * gb / graph_time(lambda: y.copy_(x))
     amax = ts.tensor_amax(x).reshape(1)
-    words_on = ts._BF16_WORDS.value
+    words_on = ts._BF16_WORDS
     print(f"{torch.cuda.get_device_name()}, {sms} SMs; {rows}x{cols} bf16; roofline {roof:.0f} GB/s; words {words_on}")
     bc = ts.launch_shape(cols, 16)
     ch = ts.nvfp4_steps(rows, cols, bc)

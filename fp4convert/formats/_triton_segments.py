@@ -49,14 +49,14 @@ _NUMPY_MIN = tl.constexpr(_INTERPRETED)
 
 #: the te NVFP4 kernels read bf16 as 32-bit words and round them by PTX (``_bf16_amax``,
 #: ``_e2m1_word``: 9% fewer instructions per column step, 56 registers instead of 71; bench/kernel_sass.py)
-#: where ``HW`` holds. Alone it was not faster on an H100 (65.6 against 63.6 us): the grid of a large
+#: where :func:`word_path` allows. Alone it was not faster on an H100 (65.6 against 63.6 us): the grid of a large
 #: weight then ends 0.02 waves past its third (the fewer registers let 9 programs share an SM instead
 #: of 7). With the persistent launch (:data:`PERSISTENT_BY_DEFAULT`) the dense te kernel takes 57.0
 #: against 63.6 us, 16x16 62.9 against 68.2 us, amax + quantize 99.0 against 103.5 us (the persistent
 #: launch alone: 61.1, 66.5, 104.1; bench/results/nvfp4-ab-h100-stop36.txt). ``FP4CONVERT_BF16_WORDS=0``
 #: (read once, at import) turns it off.
 BF16_WORDS_BY_DEFAULT = True
-_BF16_WORDS = tl.constexpr(os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_WORDS_BY_DEFAULT else "0") == "1")
+_BF16_WORDS = os.environ.get("FP4CONVERT_BF16_WORDS", "1" if BF16_WORDS_BY_DEFAULT else "0") == "1"
 
 #: one matrix under one outer amax (``quantize_nvfp4``'s tensor scope) quantized by a persistent launch
 #: (``_nvfp4_tensor_kernel``, :func:`launch_persistent`): as many programs as the SMs hold at once,
@@ -367,30 +367,29 @@ def _nvfp4_rows(
 ):  # fmt: skip
     """Quantize columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` into output rows ``orow``. (The
     column loop is the caller's: the Triton interpreter runs ``range`` loops in kernels only.)
-    ``WORDS``: ``src`` is bf16 whose rows start on 4-byte boundaries; with ``HW`` and a te profile
-    its values are read as 32-bit words and rounded by PTX (``_bf16_amax``, ``_e2m1_word``).
-    ``VERIFY`` compares with the bytes already at the outputs instead of writing them; returns, per
-    row, whether any data word and any scale byte differ (int32 0/1; zeros when writing)."""
-    AS_WORDS: tl.constexpr = WORDS and HW and PROFILE != 2 and _BF16_WORDS
-    v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, AS_WORDS)
+    ``WORDS`` (:func:`word_path`): ``src`` is bf16 read as 32-bit words and rounded by PTX
+    (``_bf16_amax``, ``_e2m1_word``). ``VERIFY`` compares with the bytes already at the outputs
+    instead of writing them; returns, per row, whether any data word and any scale byte differ
+    (int32 0/1; zeros when writing)."""
+    v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
     return _nvfp4_encode(
         v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC, VERIFY,
-        HW, AS_WORDS,
+        HW, WORDS,
     )  # fmt: skip
 
 
 @triton.jit
 def _nvfp4_load(
     src, ld, r, rmask, cols, c0,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BC: tl.constexpr, AS_WORDS: tl.constexpr,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BC: tl.constexpr, WORDS: tl.constexpr,
 ):  # fmt: skip
     """Columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` as ``_nvfp4_encode`` takes them: [rows,
-    blocks, half, 4] 32-bit words of bf16 pairs (``AS_WORDS``), else [rows, blocks, half, 8] values
+    blocks, half, 4] 32-bit words of bf16 pairs (``WORDS``), else [rows, blocks, half, 8] values
     as stored; a thread holds one 16-byte load of each half block. Zeros where masked."""
     NB: tl.constexpr = BC // 16
     h = tl.arange(0, 2)
     blk = c0 // 16 + tl.arange(0, NB)
-    if AS_WORDS:
+    if WORDS:
         # a bf16's float32 is its bits shifted up, so the encode issues no conversion
         k = tl.arange(0, 4)
         wcol = blk[None, :, None, None] * 8 + h[None, None, :, None] * 4 + k[None, None, None, :]
@@ -409,18 +408,18 @@ def _nvfp4_load(
 @triton.jit
 def _nvfp4_step_load(
     src, ld, rows, cols, step, col_steps,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, AS_WORDS: tl.constexpr,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, WORDS: tl.constexpr,
 ):  # fmt: skip
     """``_nvfp4_load`` of step ``step`` of a matrix cut into ``BR`` x ``BC`` steps, row-major."""
     r = (step // col_steps) * BR + tl.arange(0, BR)
-    return _nvfp4_load(src, ld, r, r < rows, cols, (step % col_steps) * BC, EVEN_R, EVEN_C, BC, AS_WORDS)
+    return _nvfp4_load(src, ld, r, r < rows, cols, (step % col_steps) * BC, EVEN_R, EVEN_C, BC, WORDS)
 
 
 @triton.jit
 def _nvfp4_encode(
     v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
     PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
-    BR: tl.constexpr, BC: tl.constexpr, VERIFY: tl.constexpr, HW: tl.constexpr, AS_WORDS: tl.constexpr,
+    BR: tl.constexpr, BC: tl.constexpr, VERIFY: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr,
 ):  # fmt: skip
     """``_nvfp4_rows`` of the values ``_nvfp4_load`` read (a separate step so that a loop can read
     its next step's values before it encodes these)."""
@@ -428,7 +427,7 @@ def _nvfp4_encode(
     h = tl.arange(0, 2)
     nblocks = cols // 16
     blk = c0 // 16 + tl.arange(0, NB)
-    if AS_WORDS:
+    if WORDS:
         w02, w13 = tl.split(tl.reshape(v, (BR, NB, 2, 2, 2)))  # registers renamed, no data moves
         w0, w2 = tl.split(w02)
         w1, w3 = tl.split(w13)
@@ -477,10 +476,11 @@ def _nvfp4_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols, bad_ptr,
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
     EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, VERIFY: tl.constexpr,
-    HW: tl.constexpr, PREFETCH: tl.constexpr,
+    HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """One ``(segment, first row)`` block per program, and one span of ``CH`` column steps (``CH``
     0: the whole row, as grouped launches run); the segment's unit amax gives its scales.
+    ``WORDS``: :func:`word_path` (every source bf16 on a 16-byte boundary, as the tables require).
     ``VERIFY`` (with ``CH`` 0) compares with the bytes at ``data``/``scale`` instead of writing
     them, and writes ``bad[row] = (data differs, scale differs)`` (int32 0/1) for every output row.
     ``PREFETCH`` (with ``CH`` 0): each column step's loads are issued before the previous step is
@@ -499,18 +499,17 @@ def _nvfp4_seg_kernel(
     if CH == 0:  # the whole row
         bad_w = tl.zeros((BR,), dtype=tl.int32)
         bad_s = tl.zeros((BR,), dtype=tl.int32)
-        AS_WORDS: tl.constexpr = DT == tl.bfloat16 and HW and PROFILE != 2 and _BF16_WORDS
         if PREFETCH:
-            v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, AS_WORDS)
+            v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, WORDS)
         for c0 in range(0, cols, BC):
             if PREFETCH:
                 c1 = c0 + BC * (c0 + BC < cols)  # past the last step: this step again
-                ahead = _nvfp4_load(src, ld, r, rmask, cols, c1, EVEN_R, EVEN_C, BC, AS_WORDS)
+                ahead = _nvfp4_load(src, ld, r, rmask, cols, c1, EVEN_R, EVEN_C, BC, WORDS)
             else:
-                v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, AS_WORDS)
+                v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
             w, sc = _nvfp4_encode(
                 v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
-                VERIFY, HW, AS_WORDS,
+                VERIFY, HW, WORDS,
             )  # fmt: skip
             bad_w = tl.maximum(bad_w, w)
             bad_s = tl.maximum(bad_s, sc)
@@ -525,7 +524,7 @@ def _nvfp4_seg_kernel(
             if c0 < cols:
                 _nvfp4_rows(
                     src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R,
-                    EVEN_C, BR, BC, False, HW, DT == tl.bfloat16,
+                    EVEN_C, BR, BC, False, HW, WORDS,
                 )  # fmt: skip
 
 
@@ -570,26 +569,25 @@ def _nvfp4_tensor_kernel(
     columns ``nprog`` apart, last to first (as ``_nvfp4_dense_kernel`` with ``REVERSE``).
     ``PREFETCH``: a program issues its next step's loads before it encodes this step's values, so
     its warps wait on memory while they compute rather than after (its last step reads its own
-    values again, which the L1 cache holds)."""
-    AS_WORDS: tl.constexpr = WORDS and HW and PROFILE != 2 and _BF16_WORDS
+    values again, which the L1 cache holds). ``WORDS``: :func:`word_path`."""
     col_steps = tl.cdiv(cols, BC)
     n = tl.cdiv(rows, BR) * col_steps
     sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
     if PREFETCH:
         first = n - 1 - tl.program_id(0)
-        v = _nvfp4_step_load(x_ptr, ld, rows, cols, first, col_steps, EVEN_R, EVEN_C, BR, BC, AS_WORDS)
+        v = _nvfp4_step_load(x_ptr, ld, rows, cols, first, col_steps, EVEN_R, EVEN_C, BR, BC, WORDS)
     for t in range(tl.program_id(0), n, nprog):
         step = n - 1 - t
         r = (step // col_steps) * BR + tl.arange(0, BR)
         c0 = (step % col_steps) * BC
         if PREFETCH:
             nxt = t + nprog * (t + nprog < n)  # past the last step: this step again
-            ahead = _nvfp4_step_load(x_ptr, ld, rows, cols, n - 1 - nxt, col_steps, EVEN_R, EVEN_C, BR, BC, AS_WORDS)
+            ahead = _nvfp4_step_load(x_ptr, ld, rows, cols, n - 1 - nxt, col_steps, EVEN_R, EVEN_C, BR, BC, WORDS)
         else:
-            v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, AS_WORDS)
+            v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
         _nvfp4_encode(
             v, r < rows, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
-            False, HW, AS_WORDS,
+            False, HW, WORDS,
         )  # fmt: skip
         if PREFETCH:
             v = ahead
@@ -820,10 +818,12 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     data = torch.empty(rows, cols // 2, dtype=torch.uint8, device=x2d.device)
     scale = torch.empty(rows, cols // 16, dtype=torch.uint8, device=x2d.device)
     bc = launch_shape(cols, 16)
+    hw = hardware_e4m3(x2d.device)
+    words = word_path(_bf16_words(x2d), hw, code)
     if rows and cols and _PERSISTENT and unit_rows >= rows:
         constexprs = dict(
             PROFILE=code, GMAX=gmax, TILE16=tile16, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
-            BR=BLOCK_ROWS, BC=bc, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d), PREFETCH=_PREFETCH,
+            BR=BLOCK_ROWS, BC=bc, HW=hw, WORDS=words, PREFETCH=_PREFETCH,
         )  # fmt: skip
         args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
         launch_persistent(_nvfp4_tensor_kernel, args, constexprs, x2d.device)
@@ -832,7 +832,7 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
         _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, steps))](
             x2d, x2d.stride(0), rows, amax, data, scale, cols, unit_rows, PROFILE=code, GMAX=gmax, TILE16=tile16,
             EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=steps,
-            REVERSE=True, HW=hardware_e4m3(x2d.device), WORDS=_bf16_words(x2d), enable_fp_fusion=False,
+            REVERSE=True, HW=hw, WORDS=words, enable_fp_fusion=False,
         )  # fmt: skip
     return data, scale
 
@@ -880,6 +880,15 @@ def programs_per_sm(compiled, device) -> int:
         32,
     )
     return max(1, per_sm)
+
+
+def word_path(bf16_words: bool, hw: bool, code: int) -> bool:
+    """Whether the NVFP4 kernels read their bf16 values as 32-bit words and round them by PTX
+    (``WORDS``): values that are bf16 on 4-byte boundaries (``bf16_words``), the E4M3 instruction
+    (``hw``: the PTX needs sm_89+, not Triton's interpreter), a te chain (``code`` 0 or 1: the PTX
+    rounds the product ``x * s_enc``; modelopt divides), and :data:`BF16_WORDS_BY_DEFAULT` or
+    ``FP4CONVERT_BF16_WORDS``."""
+    return _BF16_WORDS and bf16_words and hw and code in (0, 1)
 
 
 def _bf16_words(x2d) -> bool:
@@ -1026,4 +1035,5 @@ __all__ = [
     "programs_per_sm",
     "spans",
     "tensor_amax",
+    "word_path",
 ]

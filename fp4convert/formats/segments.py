@@ -362,12 +362,15 @@ def _launch_nvfp4(
     tables = layout.tables(device)
     ptrs, lds = sources.device_tables()
     bc = ts.launch_shape(layout.cols, NVFP4_BLOCK)  # type: ignore[attr-defined]
+    hw = ts.hardware_e4m3(device)  # type: ignore[attr-defined]
+    code = kernels.PROFILE_CODES[spec.chain]
     ts._nvfp4_seg_kernel[(tables["tab"].shape[0], 1)](  # type: ignore[attr-defined]
         tables["tab"], ptrs, lds, tables["rows"], tables["out"], tables["unit32"], amax.float(),
         data, scale, layout.cols, data if bad is None else bad, DT=_tl_dtype(sources.dtype),
-        PROFILE=kernels.PROFILE_CODES[spec.chain], GMAX=spec.global_max, TILE16=tile == "16x16",
-        EVEN_R=layout.even_rows, EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=0, VERIFY=bad is not None,
-        HW=ts.hardware_e4m3(device), PREFETCH=ts._PREFETCH, enable_fp_fusion=False,  # type: ignore[attr-defined]
+        PROFILE=code, GMAX=spec.global_max, TILE16=tile == "16x16", EVEN_R=layout.even_rows,
+        EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=0, VERIFY=bad is not None, HW=hw,
+        WORDS=ts.word_path(sources.dtype == torch.bfloat16, hw, code),  # type: ignore[attr-defined]
+        PREFETCH=ts._PREFETCH, enable_fp_fusion=False,  # type: ignore[attr-defined]
     )  # fmt: skip
 
 

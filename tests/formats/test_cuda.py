@@ -348,8 +348,8 @@ def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr):
 
 
 def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16():
-    # By default (FP4CONVERT_BF16_WORDS=0: off) the te kernels on sm_89+ read bf16 as 32-bit words: block amaxes
-    # by max.bf16x2, codes by the PTX of _e2m1_word (signs from the products' sign bits: a NaN product
+    # By default (FP4CONVERT_BF16_WORDS=0 turns it off) the te kernels on sm_89+ read bf16 as 32-bit words:
+    # block amaxes by max.bf16x2, codes by the PTX of _e2m1_word (signs from the products' sign bits: a NaN product
     # is the canonical, positive NaN). Both functions, called directly whatever the variable says:
     # every bf16 pattern at each of the eight positions of a word group, times encode factors from
     # subnormal to FLT_MAX (normals, subnormals, ties, saturation, inf, NaN of either sign, -0). The

@@ -30,3 +30,21 @@ def test_cuda_kernels_interpreted_equal_the_cpu_reference(part):
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert f"ok {part}" in done.stdout
+
+
+def test_word_path_needs_aligned_bf16_the_instruction_a_te_chain_and_the_switch(monkeypatch):
+    from fp4convert.formats import _triton_segments as ts
+    from fp4convert.formats.kernels import PROFILE_CODES
+
+    monkeypatch.setattr(ts, "_BF16_WORDS", True)
+    assert ts.word_path(True, True, PROFILE_CODES["te"])
+    assert ts.word_path(True, True, PROFILE_CODES["te-2.13"])
+    for bf16_words, hw, chain in (
+        (False, True, "te"),
+        (True, False, "te"),
+        (True, True, "modelopt"),
+        (True, True, "4over6"),
+    ):
+        assert not ts.word_path(bf16_words, hw, PROFILE_CODES[chain])
+    monkeypatch.setattr(ts, "_BF16_WORDS", False)  # FP4CONVERT_BF16_WORDS=0
+    assert not ts.word_path(True, True, PROFILE_CODES["te"])
