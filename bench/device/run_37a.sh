@@ -6,10 +6,15 @@
 # amax + quantize row against 1.5 TB/s, and the back-to-back Python row that stop 36 could not tell
 # from noise. (3) bench/device/wave_lab.py. (4) The sync rows (48 layers where they fit): the defaults
 # with the kernel rows, prefetch, then both off (the old defaults). Everything also goes to
-# $OUT/run.txt; NO_SYNC=1 stops before the sync rows.
+# $OUT/run.txt; NO_SYNC=1 stops before the sync rows; QUICK_TESTS=1 runs the NVFP4 launch tests first and
+# every GPU test last.
 exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
+if [ -n "$QUICK_TESTS" ]; then  # QUICK_TESTS=1: the NVFP4 launch tests first, every GPU test at the end
+  timeout 120 $P -m gpu tests/formats/test_cuda.py -n 12 -rfE -k "segment or large or dense or bf16_word" 2>&1 | tail -4
+  NO_TESTS=1
+fi
 if [ -z "$NO_TESTS" ]; then  # NO_TESTS=1: the measurements only (the tests ran on another GPU)
   timeout 200 $P -m gpu tests/formats tests/megatron -n 12 -rfE 2>&1 | tail -6
   echo "== FP4CONVERT_PREFETCH=1 tests/megatron"
@@ -23,7 +28,7 @@ done
 timeout 60 python3 bench/device/wave_lab.py
 [ -n "$NO_SYNC" ] && exit 0
 L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
-for run in on prefetch off; do
+for run in ${SYNC_RUNS:-on prefetch off}; do  # SYNC_RUNS: which of them
   case $run in
     on) env=""; flags="" ;;
     prefetch) env="FP4CONVERT_PREFETCH=1"; flags="--skip-kernels" ;;
@@ -34,3 +39,6 @@ for run in on prefetch off; do
   grep -E "^(export|LiveExporter|validate|device copy|NVFP4|MXFP8)" $OUT/live_sync$L-$run.txt | cut -c1-170
   grep -hE "^bytes|!!|Error|error" $OUT/live_sync$L-$run.txt | cut -c1-300
 done
+if [ -n "$QUICK_TESTS" ]; then
+  echo "== every GPU test"; timeout 200 $P -m gpu tests/formats tests/megatron -n 12 -rfE 2>&1 | tail -6
+fi
