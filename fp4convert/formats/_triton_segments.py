@@ -406,6 +406,16 @@ def _nvfp4_load(
 
 
 @triton.jit
+def _nvfp4_step_load(
+    src, ld, rows, cols, step, col_steps,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, WORDS: tl.constexpr,
+):  # fmt: skip
+    """``_nvfp4_load`` of step ``step`` of a matrix cut into ``BR`` x ``BC`` steps, row-major."""
+    r = (step // col_steps) * BR + tl.arange(0, BR)
+    return _nvfp4_load(src, ld, r, r < rows, cols, (step % col_steps) * BC, EVEN_R, EVEN_C, BC, WORDS)
+
+
+@triton.jit
 def _nvfp4_encode(
     v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
     PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
@@ -563,37 +573,22 @@ def _nvfp4_tensor_kernel(
     col_steps = tl.cdiv(cols, BC)
     n = tl.cdiv(rows, BR) * col_steps
     sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
-    # the step's row block and column step, moved nprog steps back per iteration by a subtraction and
-    # a borrow: an integer division per step would cost ~25 of its ~510 instructions (sm_90)
-    first = n - 1 - tl.program_id(0)
-    rs = first // col_steps
-    cs = first % col_steps
-    back_r = nprog // col_steps
-    back_c = nprog % col_steps
     if PREFETCH:
-        r = rs * BR + tl.arange(0, BR)
-        v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, cs * BC, EVEN_R, EVEN_C, BC, WORDS)
-    for _ in range(tl.program_id(0), n, nprog):
-        r = rs * BR + tl.arange(0, BR)
-        c0 = cs * BC
-        cs_next = cs - back_c
-        borrow = (cs_next < 0).to(tl.int32)
-        cs_next += borrow * col_steps
-        rs_next = rs - back_r - borrow
+        first = n - 1 - tl.program_id(0)
+        v = _nvfp4_step_load(x_ptr, ld, rows, cols, first, col_steps, EVEN_R, EVEN_C, BR, BC, WORDS)
+    for t in range(tl.program_id(0), n, nprog):
+        step = n - 1 - t
+        r = (step // col_steps) * BR + tl.arange(0, BR)
+        c0 = (step % col_steps) * BC
         if PREFETCH:
-            last = rs_next < 0  # no step left: this step again
-            rn = tl.where(last, rs, rs_next) * BR + tl.arange(0, BR)
-            ahead = _nvfp4_load(
-                x_ptr, ld, rn, rn < rows, cols, tl.where(last, cs, cs_next) * BC, EVEN_R, EVEN_C, BC, WORDS
-            )
+            nxt = t + nprog * (t + nprog < n)  # past the last step: this step again
+            ahead = _nvfp4_step_load(x_ptr, ld, rows, cols, n - 1 - nxt, col_steps, EVEN_R, EVEN_C, BR, BC, WORDS)
         else:
             v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
         _nvfp4_encode(
             v, r < rows, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
             False, HW, WORDS,
         )  # fmt: skip
-        rs = rs_next
-        cs = cs_next
         if PREFETCH:
             v = ahead
 
