@@ -1,6 +1,6 @@
 # Stop 37, on an H200 where one is lent (issue 15). (1) GPU tests of tests/formats and tests/megatron
-# with the defaults (the bf16 word path and the persistent launches; the package's persistent amax
-# pass has not run on a GPU yet), then tests/megatron (the exporter's and validator's segment
+# with the defaults (the bf16 word path and the persistent launches; ran on an H100 in stop 37:
+# bench/results/nvfp4-ab-h100-stop37.txt), then tests/megatron (the exporter's and validator's segment
 # kernels) with FP4CONVERT_PREFETCH=1. (2) bench/device/nvfp4_ab.py, alternating, two rounds: the
 # defaults, the defaults with each next column step read ahead (FP4CONVERT_PREFETCH=1), both off: the
 # amax + quantize row against 1.5 TB/s, and the back-to-back Python row that stop 36 could not tell

@@ -1,7 +1,7 @@
-# Stop 37, the final tree on whichever GPU comes (little device time left): every GPU test of
-# tests/formats and tests/megatron with the defaults (the word path now decided on the host by
-# word_path, the persistent loop's steps without a division; the prefetch launches through the
-# tests' fixtures), then bench/device/nvfp4_ab.py: the defaults, both off, the defaults again.
+# A tree's GPU check on whichever GPU comes, when little device time is left (written in stop 37,
+# not run: no machine could be started): every GPU test of tests/formats and tests/megatron with the
+# defaults (the prefetch launches through the tests' fixtures), then bench/device/nvfp4_ab.py: the
+# defaults, both off, the defaults again.
 exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
