@@ -406,13 +406,10 @@ def _nvfp4_load(
 
 
 @triton.jit
-def _nvfp4_step_load(
-    src, ld, rows, cols, step, col_steps,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, WORDS: tl.constexpr,
-):  # fmt: skip
-    """``_nvfp4_load`` of step ``step`` of a matrix cut into ``BR`` x ``BC`` steps, row-major."""
-    r = (step // col_steps) * BR + tl.arange(0, BR)
-    return _nvfp4_load(src, ld, r, r < rows, cols, (step % col_steps) * BC, EVEN_R, EVEN_C, BC, WORDS)
+def _step_origin(step, col_steps, BR: tl.constexpr, BC: tl.constexpr):
+    """Rows and first column of step ``step`` of a matrix cut into ``BR`` x ``BC`` steps, row-major
+    (the persistent kernels' steps)."""
+    return (step // col_steps) * BR + tl.arange(0, BR), (step % col_steps) * BC
 
 
 @triton.jit
@@ -574,15 +571,14 @@ def _nvfp4_tensor_kernel(
     n = tl.cdiv(rows, BR) * col_steps
     sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
     if PREFETCH:
-        first = n - 1 - tl.program_id(0)
-        v = _nvfp4_step_load(x_ptr, ld, rows, cols, first, col_steps, EVEN_R, EVEN_C, BR, BC, WORDS)
+        r, c0 = _step_origin(n - 1 - tl.program_id(0), col_steps, BR, BC)
+        v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
     for t in range(tl.program_id(0), n, nprog):
-        step = n - 1 - t
-        r = (step // col_steps) * BR + tl.arange(0, BR)
-        c0 = (step % col_steps) * BC
+        r, c0 = _step_origin(n - 1 - t, col_steps, BR, BC)
         if PREFETCH:
             nxt = t + nprog * (t + nprog < n)  # past the last step: this step again
-            ahead = _nvfp4_step_load(x_ptr, ld, rows, cols, n - 1 - nxt, col_steps, EVEN_R, EVEN_C, BR, BC, WORDS)
+            rn, cn = _step_origin(n - 1 - nxt, col_steps, BR, BC)
+            ahead = _nvfp4_load(x_ptr, ld, rn, rn < rows, cols, cn, EVEN_R, EVEN_C, BC, WORDS)
         else:
             v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
         _nvfp4_encode(
@@ -765,8 +761,8 @@ def _amax_dense_kernel(
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
     for t in range(tl.program_id(0), n, nprog):
-        r = (t // col_steps) * BR + tl.arange(0, BR)
-        col = (t % col_steps) * BC + c
+        r, c0 = _step_origin(t, col_steps, BR, BC)
+        col = c0 + c
         ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + col[None, :]
         if EVEN_R and EVEN_C:
             x = tl.load(ptrs).to(tl.float32)
