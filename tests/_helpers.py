@@ -81,6 +81,11 @@ def tree_hashes(directory: Path) -> dict[str, str]:
 # -- grouped quantization (fp4convert.formats.segments), shared by the CPU and CUDA tests --
 
 
+#: the tensor scope's NVFP4 launches on a device: (``_PERSISTENT``, ``_PREFETCH``) of
+#: fp4convert.formats._triton_segments
+NVFP4_LAUNCHES = {"grid": (False, False), "persistent": (True, False), "persistent-prefetch": (True, True)}
+
+
 def segment_group(dtype: torch.dtype, device: str = "cpu") -> tuple[list[torch.Tensor], list[int]]:
     """Separate tensors, row slices of one tensor and rows with a stride wider than the row; units
     shared by the first two segments and by the last two."""

@@ -31,6 +31,7 @@ interpreter._patch_lang_tensor = _patched
 
 from _helpers import (  # noqa: E402
     NVFP4_EXPERTS,
+    NVFP4_LAUNCHES,
     adversarial,
     assert_bytes_equal,
     check_mxfp8_segments,
@@ -103,10 +104,6 @@ def e2m1_rounding() -> None:
         differing, first = disagreements(signed_zero, table=table, device="cpu")
         assert differing == 0, f"signed_zero={signed_zero}: {differing} of {table.numel()} differ, first {first:#010x}"
     print("ok e2m1", table.numel(), flush=True)
-
-
-#: the tensor scope's NVFP4 launches: (persistent, prefetch)
-NVFP4_LAUNCHES = {"grid": (False, False), "persistent": (True, False), "persistent-prefetch": (True, True)}
 
 
 def _nvfp4_dense_launched(launch: str, *args):  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from _helpers import adversarial, assert_bytes_equal
+from _helpers import NVFP4_LAUNCHES, adversarial, assert_bytes_equal
 from _helpers import check_mxfp8_segments as check_mxfp8
 from _helpers import check_nvfp4_segment_mismatches as check_nvfp4_mismatches
 from _helpers import check_nvfp4_segments as check_nvfp4
@@ -158,7 +158,7 @@ def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype, e4m3_instr
     check_mxfp8(group(dtype, "cuda")[0])
 
 
-@pytest.fixture(params=[(False, False), (True, False), (True, True)], ids=["grid", "persistent", "prefetch"])
+@pytest.fixture(params=list(NVFP4_LAUNCHES.values()), ids=list(NVFP4_LAUNCHES))
 def nvfp4_launch(request, monkeypatch):
     """The tensor scope's NVFP4 launches on CUDA (the grid of column-step programs, the persistent
     launch without and with its next step read ahead), whatever FP4CONVERT_PERSISTENT and
