@@ -3,8 +3,9 @@ revision's kernels compiled the same way.
 
 Triton compiles for a named target with its own ptxas, and its nvdisasm lists the machine code, so
 this runs on any machine with the dev extra. The counts are static (each instruction of the kernel
-once, loops not multiplied out), a check of what a kernel change does to the code; speed is measured
-on the device (bench/device/nvfp4_ab.py, bench/live_sync.py).
+once, loops not multiplied out; "loop" counts the longest loop's, what each step issues), a check of
+what a kernel change does to the code; speed is measured on the device (bench/device/nvfp4_ab.py,
+bench/live_sync.py).
 
     python bench/kernel_sass.py [--against REV] [--top 12]
 """
@@ -24,6 +25,7 @@ from io import BytesIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LOOP = "loop"  # the counts' key for the longest loop's instructions (not an operation)
 # count the kernels as they run with every path on: this tree's kernels take the word path as WORDS;
 # revisions before stop 37 read this variable in the kernels (the other revision's subprocess inherits it)
 os.environ.setdefault("FP4CONVERT_BF16_WORDS", "1")
@@ -84,10 +86,18 @@ def _count(fn: object, args: dict[str, str], constexprs: dict[str, object]) -> c
         cubin.flush()
         listing = subprocess.run([str(nvdisasm), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
     ops: collections.Counter[str] = collections.Counter()
+    labels: dict[str, int] = {}  # label -> index of the instruction that follows it
+    loop = 0  # instructions of the longest loop (a branch back to a label above it): what a step issues
     for line in listing.splitlines():
+        if label := re.match(r"(\.L_x_\d+):", line):
+            labels[label.group(1)] = ops.total()
         found = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
         if found:
+            back = re.search(r"BRA\s.*`\((\.L_x_\d+)\)", line)
+            if back and back.group(1) in labels:
+                loop = max(loop, ops.total() + 1 - labels[back.group(1)])
             ops[found.group(1)] += 1
+    ops[LOOP] = loop
     return ops
 
 
@@ -120,12 +130,16 @@ def main() -> None:
         return
     there = _other_revision(args.against) if args.against else {}
     print(f"static SASS instructions, sm_90 (Triton's ptxas), this tree{f' against {args.against}' if there else ''}")
+    print(f"{'':26} {'total':>6} {'loop':>6}")
     for name, ops in here.items():
+        loop = ops.pop(LOOP, 0)
         total = sum(ops.values())
-        line = f"{name:26} {total:6d}"
+        line = f"{name:26} {total:6d} {loop:6d}"
         if there:
+            before_loop = there[name].pop(LOOP, 0)
             before = sum(there[name].values())
-            line += f"  {args.against}: {before:6d}  ({total / before:.3f}x)"
+            change = f"{total / before:.3f}x, loop {loop - before_loop:+d}"
+            line += f"  {args.against}: {before:6d} {before_loop:6d}  ({change})"
         print(line)
         changed = sorted(set(ops) | set(there.get(name, {})), key=lambda o: -ops.get(o, 0))[: args.top]
         cells = [f"{o} {ops.get(o, 0)}" + (f" ({there[name].get(o, 0)})" if there else "") for o in changed]
