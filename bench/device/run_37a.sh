@@ -7,7 +7,8 @@
 # from noise. (3) bench/device/wave_lab.py. (4) The sync rows (48 layers where they fit): the defaults
 # with the kernel rows, prefetch, then both off (the old defaults). Everything also goes to
 # $OUT/run.txt; NO_SYNC=1 stops before the sync rows; QUICK_TESTS=1 runs the NVFP4 launch tests first and
-# every GPU test last.
+# every GPU test last. BASE=dir (a git archive of another revision's fp4convert/, carried) adds its
+# defaults to the nvfp4_ab rounds (stop 38: 735ab50, before the division-free persistent loop).
 exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
@@ -20,8 +21,15 @@ if [ -z "$NO_TESTS" ]; then  # NO_TESTS=1: the measurements only (the tests ran 
   echo "== FP4CONVERT_PREFETCH=1 tests/megatron"
   FP4CONVERT_PREFETCH=1 timeout 80 $P -m gpu tests/megatron -n 12 -rfE 2>&1 | tail -4
 fi
+if [ -n "$BASE" ]; then
+  gcc -O3 -std=c11 -ffp-contract=off -fno-fast-math -fno-math-errno -fno-trapping-math -shared -fPIC \
+    -o $BASE/fp4convert/formats/_native.so $BASE/fp4convert/formats/_native.c -lm -lpthread
+fi
 for i in 1 2; do
   echo "== defaults"; timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
+  if [ -n "$BASE" ]; then
+    echo "== $BASE, defaults"; PYTHONPATH=$BASE:$PYTHONPATH timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
+  fi
   echo "== defaults + prefetch"; FP4CONVERT_PREFETCH=1 timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
   echo "== both off"; FP4CONVERT_BF16_WORDS=0 FP4CONVERT_PERSISTENT=0 timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
 done
