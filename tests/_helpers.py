@@ -81,14 +81,9 @@ def tree_hashes(directory: Path) -> dict[str, str]:
 # -- grouped quantization (fp4convert.formats.segments), shared by the CPU and CUDA tests --
 
 
-#: the tensor scope's NVFP4 launches on a device: (``_PERSISTENT``, ``_PREFETCH``, ``_LOAD_STAGES``) of
+#: the tensor scope's NVFP4 launches on a device: (``_PERSISTENT``, ``_PREFETCH``) of
 #: fp4convert.formats._triton_segments
-NVFP4_LAUNCHES = {
-    "grid": (False, False, 1),
-    "persistent": (True, False, 1),
-    "persistent-prefetch": (True, True, 1),
-    "persistent-3-stages": (True, False, 3),
-}
+NVFP4_LAUNCHES = {"grid": (False, False), "persistent": (True, False), "persistent-prefetch": (True, True)}
 
 
 def segment_group(dtype: torch.dtype, device: str = "cpu") -> tuple[list[torch.Tensor], list[int]]:

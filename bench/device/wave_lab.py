@@ -6,8 +6,7 @@ warps; 56 with it: 9), so the grid is 3.9 or 3.0 waves, and a grid just past a w
 leaves most SMs idle at the end. This times, on one GPU, the grid launch (``_nvfp4_dense_kernel``)
 against the persistent launches (``_nvfp4_tensor_kernel``, ``_amax_dense_kernel``) at several programs
 per SM: each program computes the tensor's outer scales once and takes one column step after another
-(strided, last to first), word path on and off, next step read ahead or not (``PREFETCH``), loads
-pipelined through shared memory or not (``STAGES``); every
+(strided, last to first), word path on and off, next step read ahead or not (``PREFETCH``); every
 launch's bytes against the grid launch's (torch.equal on uint8). (Run at 257d721, before the
 persistent launches were the package's, with its own copies of them:
 bench/results/nvfp4-ab-h100-stop36.txt.)
@@ -51,11 +50,10 @@ def main() -> None:
     occ = ts.programs_per_sm(ts._nvfp4_dense_kernel.warmup(*grid_args, **grid_kw, grid=(1,)), x.device)
     waves = grid[0] * grid[1] / (occ * sms)
     print(f"grid launch, {ch} steps  {t * 1e6:7.1f} us {gb / t:6.0f} GB/s  {occ} per SM: {waves:.2f} waves")
-    for words, prefetch, stages in ((True, False, 1), (True, True, 1), (True, False, 2), (True, False, 3),
-                                    (True, False, 4), (False, False, 1), (False, False, 3)):  # fmt: skip
+    for words, prefetch in ((True, False), (True, True), (False, False), (False, True)):
         data, scale = torch.empty_like(want[0]), torch.empty_like(want[1])
         args = (x, x.stride(0), rows, amax, data, scale, cols)
-        kw = dict(common, WORDS=words, PREFETCH=prefetch, STAGES=stages, enable_fp_fusion=False)
+        kw = dict(common, WORDS=words, PREFETCH=prefetch, enable_fp_fusion=False)
         k = ts._nvfp4_tensor_kernel.warmup(*args, 1, **kw, grid=(1,))
         occ = ts.programs_per_sm(k, x.device)
         for per_sm in sorted({occ, max(1, occ - 1), max(1, occ // 2), 2 * occ}):
@@ -66,8 +64,7 @@ def main() -> None:
             same = torch.equal(data, want[0]) and torch.equal(scale, want[1])
             t = graph_time(lambda f=launch, p=per_sm, a=args, o=kw: f(*a, sms * p, **o))
             print(
-                f"persistent words={words!s:5} prefetch={prefetch!s:5} stages={stages} {per_sm:2d}/SM "
-                f"({k.n_regs} regs, {k.metadata.shared} B shared, {occ} fit) "
+                f"persistent words={words!s:5} prefetch={prefetch!s:5} {per_sm:2d}/SM ({k.n_regs} regs, {occ} fit) "
                 f"{t * 1e6:7.1f} us {gb / t:6.0f} GB/s  {'bytes == grid launch' if same else 'BYTES DIFFER'}"
             )
     out = torch.zeros(1, dtype=torch.int32, device=x.device)

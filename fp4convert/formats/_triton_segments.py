@@ -75,14 +75,6 @@ _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAU
 #: (bench/results/nvfp4-ab-h100-stop37.txt). ``FP4CONVERT_PREFETCH=1`` (read once, at import) turns it on.
 PREFETCH_BY_DEFAULT = False
 _PREFETCH = os.environ.get("FP4CONVERT_PREFETCH", "1" if PREFETCH_BY_DEFAULT else "0") == "1"
-#: stages of Triton's software pipeline in the NVFP4 column-step loops (``STAGES`` of
-#: ``_nvfp4_tensor_kernel`` and ``_nvfp4_seg_kernel``): with 2 or more, the loads of the next
-#: ``STAGES - 1`` steps are copied into shared memory (``cp.async``) while this step is encoded, so
-#: a program keeps more bytes in flight without the registers ``PREFETCH`` costs (sm_90: 56 registers
-#: and 16.6 KiB of shared memory a program at 3 stages, against 56 and none at 1). 1: no pipeline.
-#: ``FP4CONVERT_LOAD_STAGES`` (read once, at import) sets it.
-LOAD_STAGES_BY_DEFAULT = 1
-_LOAD_STAGES = int(os.environ.get("FP4CONVERT_LOAD_STAGES", str(LOAD_STAGES_BY_DEFAULT)))
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
 #: each takes several steps, an uneven share included
 INTERPRETED_PROGRAMS = 3
@@ -481,7 +473,7 @@ def _nvfp4_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols, bad_ptr,
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
     EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, VERIFY: tl.constexpr,
-    HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr,
+    HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """One ``(segment, first row)`` block per program, and one span of ``CH`` column steps (``CH``
     0: the whole row, as grouped launches run); the segment's unit amax gives its scales.
@@ -489,7 +481,7 @@ def _nvfp4_seg_kernel(
     ``VERIFY`` (with ``CH`` 0) compares with the bytes at ``data``/``scale`` instead of writing
     them, and writes ``bad[row] = (data differs, scale differs)`` (int32 0/1) for every output row.
     ``PREFETCH`` (with ``CH`` 0): each column step's loads are issued before the previous step is
-    encoded (as ``_nvfp4_tensor_kernel``'s). ``STAGES`` (with ``CH`` 0): :data:`LOAD_STAGES_BY_DEFAULT`."""
+    encoded (as ``_nvfp4_tensor_kernel``'s)."""
     pid = tl.program_id(0)
     seg = tl.load(tab_ptr + 2 * pid)
     r0 = tl.load(tab_ptr + 2 * pid + 1)
@@ -506,7 +498,7 @@ def _nvfp4_seg_kernel(
         bad_s = tl.zeros((BR,), dtype=tl.int32)
         if PREFETCH:
             v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, WORDS)
-        for c0 in tl.range(0, cols, BC, num_stages=STAGES):
+        for c0 in range(0, cols, BC):
             if PREFETCH:
                 c1 = c0 + BC * (c0 + BC < cols)  # past the last step: this step again
                 ahead = _nvfp4_load(src, ld, r, rmask, cols, c1, EVEN_R, EVEN_C, BC, WORDS)
@@ -567,7 +559,6 @@ def _nvfp4_tensor_kernel(
     x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, nprog,
     PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
-    STAGES: tl.constexpr,
 ):  # fmt: skip
     """One matrix under the one outer amax ``amax[0]``, persistent: ``nprog`` programs (the grid, at
     most one per step; ``nprog`` is not specialized, so the kernel measured for its occupancy is the
@@ -575,8 +566,7 @@ def _nvfp4_tensor_kernel(
     columns ``nprog`` apart, last to first (as ``_nvfp4_dense_kernel`` with ``REVERSE``).
     ``PREFETCH``: a program issues its next step's loads before it encodes this step's values, so
     its warps wait on memory while they compute rather than after (its last step reads its own
-    values again, which the L1 cache holds). ``STAGES``: :data:`LOAD_STAGES_BY_DEFAULT`. ``WORDS``:
-    :func:`word_path`."""
+    values again, which the L1 cache holds). ``WORDS``: :func:`word_path`."""
     col_steps = tl.cdiv(cols, BC)
     n = tl.cdiv(rows, BR) * col_steps
     sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
@@ -590,7 +580,7 @@ def _nvfp4_tensor_kernel(
     if PREFETCH:
         r = rs * BR + tl.arange(0, BR)
         v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, cs * BC, EVEN_R, EVEN_C, BC, WORDS)
-    for _ in tl.range(tl.program_id(0), n, nprog, num_stages=STAGES):
+    for _ in range(tl.program_id(0), n, nprog):
         r = rs * BR + tl.arange(0, BR)
         c0 = cs * BC
         cs_next = cs - back_c
@@ -844,7 +834,7 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     if rows and cols and _PERSISTENT and unit_rows >= rows:
         constexprs = dict(
             PROFILE=code, GMAX=gmax, TILE16=tile16, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
-            BR=BLOCK_ROWS, BC=bc, HW=hw, WORDS=words, PREFETCH=_PREFETCH, STAGES=_LOAD_STAGES,
+            BR=BLOCK_ROWS, BC=bc, HW=hw, WORDS=words, PREFETCH=_PREFETCH,
         )  # fmt: skip
         args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
         launch_persistent(_nvfp4_tensor_kernel, args, constexprs, x2d.device)

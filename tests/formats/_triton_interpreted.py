@@ -108,14 +108,13 @@ def e2m1_rounding() -> None:
 
 def _nvfp4_dense_launched(launch: str, *args):  # type: ignore[no-untyped-def]
     """``ts.nvfp4_dense(*args)`` by one of :data:`NVFP4_LAUNCHES`: the grid of column-step programs,
-    or the persistent launch without or with its next step read ahead or pipelined (the interpreter
-    runs a pipelined loop as a plain one)."""
-    default = ts._PERSISTENT, ts._PREFETCH, ts._LOAD_STAGES
-    ts._PERSISTENT, ts._PREFETCH, ts._LOAD_STAGES = NVFP4_LAUNCHES[launch]
+    or the persistent launch without or with its next step read ahead."""
+    default = ts._PERSISTENT, ts._PREFETCH
+    ts._PERSISTENT, ts._PREFETCH = NVFP4_LAUNCHES[launch]
     try:
         return ts.nvfp4_dense(*args)
     finally:
-        ts._PERSISTENT, ts._PREFETCH, ts._LOAD_STAGES = default
+        ts._PERSISTENT, ts._PREFETCH = default
 
 
 def dense_kernels() -> None:

@@ -141,12 +141,11 @@ def test_one_pass_nvfp4_compare_on_cuda_flags_exactly_the_differing_rows(dtype, 
     check_nvfp4_mismatches(odd, [0, 1], profile, "1x16")
 
 
-@pytest.mark.parametrize("loop", [(False, 1), (True, 1), (False, 3)], ids=["read-then-encode", "prefetch", "3-stages"])
+@pytest.mark.parametrize("prefetch", [False, True], ids=["read-then-encode", "prefetch"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_segment_kernels_on_rows_of_several_column_steps_equal_the_cpu_reference(dtype, loop, monkeypatch):
+def test_segment_kernels_on_rows_of_several_column_steps_equal_the_cpu_reference(dtype, prefetch, monkeypatch):
     # 2048 columns (8 steps, an expert's width), 800 (the last of 4 steps masked, 21 rows: masked rows)
-    monkeypatch.setattr(ts, "_PREFETCH", loop[0])
-    monkeypatch.setattr(ts, "_LOAD_STAGES", loop[1])
+    monkeypatch.setattr(ts, "_PREFETCH", prefetch)
     for cols, rows in ((2048, (768, 768, 256)), (800, (32, 21, 16))):
         parts = [adversarial((n, cols), dtype, seed=40 + i).cuda() for i, n in enumerate(rows)]
         for profile in ("te", "modelopt"):
@@ -162,11 +161,10 @@ def test_mxfp8_segment_kernel_on_cuda_equals_the_cpu_reference(dtype, e4m3_instr
 @pytest.fixture(params=list(NVFP4_LAUNCHES.values()), ids=list(NVFP4_LAUNCHES))
 def nvfp4_launch(request, monkeypatch):
     """The tensor scope's NVFP4 launches on CUDA (the grid of column-step programs, the persistent
-    launch without and with its next step read ahead, and pipelined), whatever FP4CONVERT_PERSISTENT,
-    FP4CONVERT_PREFETCH and FP4CONVERT_LOAD_STAGES say."""
+    launch without and with its next step read ahead), whatever FP4CONVERT_PERSISTENT and
+    FP4CONVERT_PREFETCH say."""
     monkeypatch.setattr(ts, "_PERSISTENT", request.param[0])
     monkeypatch.setattr(ts, "_PREFETCH", request.param[1])
-    monkeypatch.setattr(ts, "_LOAD_STAGES", request.param[2])
     return request.param
 
 
