@@ -570,27 +570,14 @@ def _nvfp4_tensor_kernel(
     col_steps = tl.cdiv(cols, BC)
     n = tl.cdiv(rows, BR) * col_steps
     sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
-    # the step's row block and column step, moved nprog steps back per iteration by a subtraction and
-    # a borrow: dividing each step by col_steps costs ~22 of the loop's ~510 sm_90 instructions
-    first = n - 1 - tl.program_id(0)
-    rs = first // col_steps
-    cs = first % col_steps
-    back_r = nprog // col_steps
-    back_c = nprog % col_steps
     if PREFETCH:
-        r = rs * BR + tl.arange(0, BR)
-        v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, cs * BC, EVEN_R, EVEN_C, BC, WORDS)
-    for _ in range(tl.program_id(0), n, nprog):
-        r = rs * BR + tl.arange(0, BR)
-        c0 = cs * BC
-        cs_next = cs - back_c
-        borrow = (cs_next < 0).to(tl.int32)
-        cs_next += borrow * col_steps
-        rs_next = rs - back_r - borrow
+        r, c0 = _step_origin(n - 1 - tl.program_id(0), col_steps, BR, BC)
+        v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
+    for t in range(tl.program_id(0), n, nprog):
+        r, c0 = _step_origin(n - 1 - t, col_steps, BR, BC)
         if PREFETCH:
-            last = rs_next < 0  # no step left: this step again
-            rn = tl.where(last, rs, rs_next) * BR + tl.arange(0, BR)
-            cn = tl.where(last, cs, cs_next) * BC
+            nxt = t + nprog * (t + nprog < n)  # past the last step: this step again
+            rn, cn = _step_origin(n - 1 - nxt, col_steps, BR, BC)
             ahead = _nvfp4_load(x_ptr, ld, rn, rn < rows, cols, cn, EVEN_R, EVEN_C, BC, WORDS)
         else:
             v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
@@ -598,8 +585,6 @@ def _nvfp4_tensor_kernel(
             v, r < rows, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
             False, HW, WORDS,
         )  # fmt: skip
-        rs = rs_next
-        cs = cs_next
         if PREFETCH:
             v = ahead
 
