@@ -8,7 +8,7 @@
 # with the kernel rows, prefetch, then both off (the old defaults). Everything also goes to
 # $OUT/run.txt; NO_SYNC=1 stops before the sync rows; QUICK_TESTS=1 runs the NVFP4 launch tests first and
 # every GPU test last. BASE=dir (a git archive of another revision's fp4convert/, carried) adds its
-# defaults to the nvfp4_ab rounds (stop 38: 735ab50, before the division-free persistent loop).
+# defaults to the nvfp4_ab rounds, on the same GPU.
 exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
