@@ -74,6 +74,16 @@ _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAU
 #: 64.9-65.3 against 56.9 us, the 36-layer LiveExporter 46.9 against 44.5 ms
 #: (bench/results/nvfp4-ab-h100-stop37.txt). ``FP4CONVERT_PREFETCH=1`` (read once, at import) turns it on.
 PREFETCH_BY_DEFAULT = False
+#: the compiled NVFP4 kernels store (and, comparing, load) their scale bytes in the layout the encode
+#: leaves them in (``_store_byte``, ``_load_byte``: one byte per block, two blocks a thread). Through
+#: ``tl.store`` Triton first moves them into a coalesced layout through shared memory, with a barrier
+#: on every column step that holds the program's four warps together (sm_90 loop of the persistent
+#: te kernel 495 instructions instead of 511, no barrier; bench/kernel_sass.py). ``FP4CONVERT_SCALE_ASM=0``
+#: (read once, at import) stores them through ``tl.store`` again; Triton's interpreter always does.
+SCALE_ASM_BY_DEFAULT = True
+_SCALE_ASM = tl.constexpr(
+    os.environ.get("FP4CONVERT_SCALE_ASM", "1" if SCALE_ASM_BY_DEFAULT else "0") == "1" and not _INTERPRETED
+)
 _PREFETCH = os.environ.get("FP4CONVERT_PREFETCH", "1" if PREFETCH_BY_DEFAULT else "0") == "1"
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
 #: each takes several steps, an uneven share included
@@ -360,6 +370,27 @@ def _e2m1_word(w0, w1, w2, w3, enc):
 
 
 @triton.jit
+def _store_byte(ptr, value, mask):
+    """``tl.store(ptr, value.to(tl.uint8), mask=mask)`` of int32 ``value`` where ``mask``, issued by
+    each thread for the elements it holds (compiled kernels only: PTX). Its result (0) is unused."""
+    return tl.inline_asm_elementwise(
+        """{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b8 [$1], $2; mov.u32 $0, 0; }""",
+        "=r,l,r,r", [ptr.to(tl.int64), value, mask.to(tl.int32)],
+        dtype=tl.int32, is_pure=False, pack=1,
+    )
+
+
+@triton.jit
+def _load_byte(ptr, mask):
+    """``tl.load(ptr, mask=mask, other=0)`` of bytes, as int32, each thread loading the elements it
+    holds (compiled kernels only: PTX)."""
+    return tl.inline_asm_elementwise(
+        """{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.u32 $0, 0; @p ld.global.u8 $0, [$1]; }""",
+        "=r,l,r", [ptr.to(tl.int64), mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
+    )
+
+
+@triton.jit
 def _nvfp4_rows(
     src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
     PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
@@ -369,8 +400,8 @@ def _nvfp4_rows(
     column loop is the caller's: the Triton interpreter runs ``range`` loops in kernels only.)
     ``WORDS`` (:func:`word_path`): ``src`` is bf16 read as 32-bit words and rounded by PTX
     (``_bf16_amax``, ``_e2m1_word``). ``VERIFY`` compares with the bytes already at the outputs
-    instead of writing them; returns, per row, whether any data word and any scale byte differ
-    (int32 0/1; zeros when writing)."""
+    instead of writing them; returns, per block, whether its data words and its scale byte differ
+    (int32 0/1 ``[BR, BC // 16]``; zeros when writing)."""
     v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
     return _nvfp4_encode(
         v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC, VERIFY,
@@ -447,25 +478,39 @@ def _nvfp4_encode(
     )
     if VERIFY:
         if EVEN_R and EVEN_C:
-            bad_s = tl.load(sptr) != sf.to(tl.uint8)
+            if _SCALE_ASM:
+                bad_s = _load_byte(sptr, sf == sf) != sf
+            else:
+                bad_s = tl.load(sptr) != sf.to(tl.uint8)
             bad_w = tl.load(wptr) != words
         else:
             m2 = rmask[:, None] & (blk < nblocks)[None, :]
-            bad_s = (tl.load(sptr, mask=m2, other=0) != sf.to(tl.uint8)) & m2
+            if _SCALE_ASM:
+                bad_s = (_load_byte(sptr, m2) != sf) & m2
+            else:
+                bad_s = (tl.load(sptr, mask=m2, other=0) != sf.to(tl.uint8)) & m2
             bad_w = (tl.load(wptr, mask=m2[:, :, None], other=0) != words) & m2[:, :, None]
-        row_w = tl.max(tl.max(bad_w.to(tl.int32), axis=2), axis=1)
-        row_s = tl.max(bad_s.to(tl.int32), axis=1)
+        # per block, each thread's own values: a caller's loop reduces across threads (and warps, through
+        # shared memory and a barrier) once, after its last step
+        block_w = tl.max(bad_w.to(tl.int32), axis=2)
+        block_s = bad_s.to(tl.int32)
     else:
         if EVEN_R and EVEN_C:
-            tl.store(sptr, sf.to(tl.uint8))
+            if _SCALE_ASM:
+                _store_byte(sptr, sf, sf == sf)
+            else:
+                tl.store(sptr, sf.to(tl.uint8))
             tl.store(wptr, words)
         else:
             m2 = rmask[:, None] & (blk < nblocks)[None, :]
-            tl.store(sptr, sf.to(tl.uint8), mask=m2)
+            if _SCALE_ASM:
+                _store_byte(sptr, sf, m2)
+            else:
+                tl.store(sptr, sf.to(tl.uint8), mask=m2)
             tl.store(wptr, words, mask=m2[:, :, None])
-        row_w = tl.zeros((BR,), dtype=tl.int32)
-        row_s = row_w
-    return row_w, row_s
+        block_w = tl.zeros((BR, NB), dtype=tl.int32)
+        block_s = block_w
+    return block_w, block_s
 
 
 @triton.jit
@@ -494,8 +539,8 @@ def _nvfp4_seg_kernel(
     amax = tl.load(amax_ptr + tl.load(unit_ptr + seg))
     sdec, mult = _outer(tl.full((BR, 1), 0.0, tl.float32) + amax, PROFILE, GMAX)
     if CH == 0:  # the whole row
-        bad_w = tl.zeros((BR,), dtype=tl.int32)
-        bad_s = tl.zeros((BR,), dtype=tl.int32)
+        bad_w = tl.zeros((BR, BC // 16), dtype=tl.int32)
+        bad_s = tl.zeros((BR, BC // 16), dtype=tl.int32)
         if PREFETCH:
             v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, WORDS)
         for c0 in range(0, cols, BC):
@@ -513,8 +558,8 @@ def _nvfp4_seg_kernel(
             if PREFETCH:
                 v = ahead
         if VERIFY:
-            tl.store(bad_ptr + 2 * orow.to(tl.int64), bad_w, mask=rmask)
-            tl.store(bad_ptr + 2 * orow.to(tl.int64) + 1, bad_s, mask=rmask)
+            tl.store(bad_ptr + 2 * orow.to(tl.int64), tl.max(bad_w, axis=1), mask=rmask)
+            tl.store(bad_ptr + 2 * orow.to(tl.int64) + 1, tl.max(bad_s, axis=1), mask=rmask)
     else:
         for step in range(CH):
             c0 = (tl.program_id(1) * CH + step) * BC

@@ -1,0 +1,30 @@
+# Stop 39 (issue 15), on an H200 where one is lent. (1) The NVFP4 launch tests, then tests/megatron
+# (the exporter's and validator's segment kernels), with the defaults: the scale bytes now stored and
+# compared in the registers' layout (FP4CONVERT_SCALE_ASM), with no shared-memory round trip and no
+# barrier per column step. (2) bench/device/nvfp4_ab.py, alternating, two rounds: the defaults,
+# FP4CONVERT_SCALE_ASM=0 (the layout conversion as before), the defaults with prefetch. (3) The sync
+# rows (48 layers on an H200, 36 on an H100) with the defaults, then with FP4CONVERT_SCALE_ASM=0
+# (SYNC_RUNS picks). (4) Every GPU test, where time is left. Everything also goes to $OUT/run.txt.
+exec > >(tee $OUT/run.txt) 2>&1
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; nproc
+P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
+timeout 120 $P -m gpu tests/formats/test_cuda.py -n 12 -rfE -k "segment or large or dense or bf16_word" 2>&1 | tail -4
+timeout 100 $P -m gpu tests/megatron -n 12 -rfE 2>&1 | tail -4
+for i in 1 2; do
+  echo "== defaults"; timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
+  echo "== FP4CONVERT_SCALE_ASM=0"; FP4CONVERT_SCALE_ASM=0 timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
+  echo "== defaults + prefetch"; FP4CONVERT_PREFETCH=1 timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
+done
+[ -n "$NO_SYNC" ] && exit 0
+L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
+for run in ${SYNC_RUNS:-on off}; do
+  case $run in
+    on) env=""; flags="" ;;
+    off) env="FP4CONVERT_SCALE_ASM=0"; flags="--skip-kernels" ;;
+  esac
+  echo "== sync rows, $L layers, $run ($env $flags)"
+  env $env timeout 120 python3 bench/live_sync.py $flags --layers $L --repeat 3 > $OUT/live_sync$L-$run.txt 2>&1
+  grep -E "^(export|LiveExporter|validate|device copy|NVFP4|MXFP8)" $OUT/live_sync$L-$run.txt | cut -c1-170
+  grep -hE "^bytes|!!|Error|error" $OUT/live_sync$L-$run.txt | cut -c1-300
+done
+echo "== every GPU test"; timeout 200 $P -m gpu tests/formats tests/megatron -n 12 -rfE 2>&1 | tail -6
