@@ -375,8 +375,11 @@ def _store_byte(ptr, value, mask):
     each thread for the elements it holds (compiled kernels only: PTX). Its result (0) is unused."""
     return tl.inline_asm_elementwise(
         """{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b8 [$1], $2; mov.u32 $0, 0; }""",
-        "=r,l,r,r", [ptr.to(tl.int64), value, mask.to(tl.int32)],
-        dtype=tl.int32, is_pure=False, pack=1,
+        "=r,l,r,r",
+        [ptr.to(tl.int64), value, mask.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
     )
 
 
@@ -386,7 +389,11 @@ def _load_byte(ptr, mask):
     holds (compiled kernels only: PTX)."""
     return tl.inline_asm_elementwise(
         """{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.u32 $0, 0; @p ld.global.u8 $0, [$1]; }""",
-        "=r,l,r", [ptr.to(tl.int64), mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
+        "=r,l,r",
+        [ptr.to(tl.int64), mask.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
     )
 
 
