@@ -664,11 +664,17 @@ def _mxfp8_rows(
     sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
     dptr = data_ptr + orow.to(tl.int64)[:, None, None, None] * cols + col
     if EVEN_R and EVEN_C:
-        tl.store(sptr, sc.to(tl.uint8))
+        if _SCALE_ASM:
+            _store_byte(sptr, sc.to(tl.int32), sc == sc)
+        else:
+            tl.store(sptr, sc.to(tl.uint8))
         tl.store(dptr, code.to(tl.uint8))
     else:
         m2 = rmask[:, None] & (blk < nblocks)[None, :]
-        tl.store(sptr, sc.to(tl.uint8), mask=m2)
+        if _SCALE_ASM:
+            _store_byte(sptr, sc.to(tl.int32), m2)
+        else:
+            tl.store(sptr, sc.to(tl.uint8), mask=m2)
         tl.store(dptr, code.to(tl.uint8), mask=m2[:, :, None, None])
 
 
