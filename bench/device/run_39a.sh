@@ -1,7 +1,7 @@
 # Stop 39 (issue 15), on an H200 where one is lent. (1) The NVFP4 launch tests, then tests/megatron
 # (the exporter's and validator's segment kernels), with the defaults: the scale bytes now stored and
 # compared in the registers' layout (FP4CONVERT_SCALE_ASM), with no shared-memory round trip and no
-# barrier per column step. (2) bench/device/nvfp4_ab.py, alternating, two rounds: the defaults,
+# barrier per column step; the MXFP8 row kernel stores its scale bytes the same way. (2) bench/device/nvfp4_ab.py, alternating, two rounds: the defaults,
 # FP4CONVERT_SCALE_ASM=0 (the layout conversion as before), the defaults with prefetch. (3) The sync
 # rows (48 layers on an H200, 36 on an H100) with the defaults, then with FP4CONVERT_SCALE_ASM=0
 # (SYNC_RUNS picks). (4) Every GPU test, where time is left. Everything also goes to $OUT/run.txt.
