@@ -74,16 +74,6 @@ _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAU
 #: 64.9-65.3 against 56.9 us, the 36-layer LiveExporter 46.9 against 44.5 ms
 #: (bench/results/nvfp4-ab-h100-stop37.txt). ``FP4CONVERT_PREFETCH=1`` (read once, at import) turns it on.
 PREFETCH_BY_DEFAULT = False
-#: the compiled NVFP4 kernels store (and, comparing, load) their scale bytes in the layout the encode
-#: leaves them in (``_store_byte``, ``_load_byte``: one byte per block, two blocks a thread). Through
-#: ``tl.store`` Triton first moves them into a coalesced layout through shared memory, with a barrier
-#: on every column step that holds the program's four warps together (sm_90 loop of the persistent
-#: te kernel 495 instructions instead of 511, no barrier; bench/kernel_sass.py). ``FP4CONVERT_SCALE_ASM=0``
-#: (read once, at import) stores them through ``tl.store`` again; Triton's interpreter always does.
-SCALE_ASM_BY_DEFAULT = True
-_SCALE_ASM = tl.constexpr(
-    os.environ.get("FP4CONVERT_SCALE_ASM", "1" if SCALE_ASM_BY_DEFAULT else "0") == "1" and not _INTERPRETED
-)
 _PREFETCH = os.environ.get("FP4CONVERT_PREFETCH", "1" if PREFETCH_BY_DEFAULT else "0") == "1"
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
 #: each takes several steps, an uneven share included
@@ -370,34 +360,6 @@ def _e2m1_word(w0, w1, w2, w3, enc):
 
 
 @triton.jit
-def _store_byte(ptr, value, mask):
-    """``tl.store(ptr, value.to(tl.uint8), mask=mask)`` of int32 ``value`` where ``mask``, issued by
-    each thread for the elements it holds (compiled kernels only: PTX). Its result (0) is unused."""
-    return tl.inline_asm_elementwise(
-        """{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.global.b8 [$1], $2; mov.u32 $0, 0; }""",
-        "=r,l,r,r",
-        [ptr.to(tl.int64), value, mask.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@triton.jit
-def _load_byte(ptr, mask):
-    """``tl.load(ptr, mask=mask, other=0)`` of bytes, as int32, each thread loading the elements it
-    holds (compiled kernels only: PTX)."""
-    return tl.inline_asm_elementwise(
-        """{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.u32 $0, 0; @p ld.global.u8 $0, [$1]; }""",
-        "=r,l,r",
-        [ptr.to(tl.int64), mask.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@triton.jit
 def _nvfp4_rows(
     src, ld, r, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
     PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
@@ -485,17 +447,11 @@ def _nvfp4_encode(
     )
     if VERIFY:
         if EVEN_R and EVEN_C:
-            if _SCALE_ASM:
-                bad_s = _load_byte(sptr, sf == sf) != sf
-            else:
-                bad_s = tl.load(sptr) != sf.to(tl.uint8)
+            bad_s = tl.load(sptr) != sf.to(tl.uint8)
             bad_w = tl.load(wptr) != words
         else:
             m2 = rmask[:, None] & (blk < nblocks)[None, :]
-            if _SCALE_ASM:
-                bad_s = (_load_byte(sptr, m2) != sf) & m2
-            else:
-                bad_s = (tl.load(sptr, mask=m2, other=0) != sf.to(tl.uint8)) & m2
+            bad_s = (tl.load(sptr, mask=m2, other=0) != sf.to(tl.uint8)) & m2
             bad_w = (tl.load(wptr, mask=m2[:, :, None], other=0) != words) & m2[:, :, None]
         # per block, each thread's own values: a caller's loop reduces across threads (and warps, through
         # shared memory and a barrier) once, after its last step
@@ -503,17 +459,11 @@ def _nvfp4_encode(
         block_s = bad_s.to(tl.int32)
     else:
         if EVEN_R and EVEN_C:
-            if _SCALE_ASM:
-                _store_byte(sptr, sf, sf == sf)
-            else:
-                tl.store(sptr, sf.to(tl.uint8))
+            tl.store(sptr, sf.to(tl.uint8))
             tl.store(wptr, words)
         else:
             m2 = rmask[:, None] & (blk < nblocks)[None, :]
-            if _SCALE_ASM:
-                _store_byte(sptr, sf, m2)
-            else:
-                tl.store(sptr, sf.to(tl.uint8), mask=m2)
+            tl.store(sptr, sf.to(tl.uint8), mask=m2)
             tl.store(wptr, words, mask=m2[:, :, None])
         block_w = tl.zeros((BR, NB), dtype=tl.int32)
         block_s = block_w
@@ -664,17 +614,11 @@ def _mxfp8_rows(
     sptr = scale_ptr + orow.to(tl.int64)[:, None] * nblocks + blk[None, :]
     dptr = data_ptr + orow.to(tl.int64)[:, None, None, None] * cols + col
     if EVEN_R and EVEN_C:
-        if _SCALE_ASM:
-            _store_byte(sptr, sc.to(tl.int32), sc == sc)
-        else:
-            tl.store(sptr, sc.to(tl.uint8))
+        tl.store(sptr, sc.to(tl.uint8))
         tl.store(dptr, code.to(tl.uint8))
     else:
         m2 = rmask[:, None] & (blk < nblocks)[None, :]
-        if _SCALE_ASM:
-            _store_byte(sptr, sc.to(tl.int32), m2)
-        else:
-            tl.store(sptr, sc.to(tl.uint8), mask=m2)
+        tl.store(sptr, sc.to(tl.uint8), mask=m2)
         tl.store(dptr, code.to(tl.uint8), mask=m2[:, :, None, None])
 
 
