@@ -35,17 +35,12 @@ for i in 1 2; do
 done
 timeout 60 python3 bench/device/wave_lab.py
 [ -n "$NO_SYNC" ] && exit 0
-L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
 for run in ${SYNC_RUNS:-on prefetch off}; do  # SYNC_RUNS: which of them
   case $run in
-    on) env=""; flags="" ;;
-    prefetch) env="FP4CONVERT_PREFETCH=1"; flags="--skip-kernels" ;;
-    off) env="FP4CONVERT_BF16_WORDS=0 FP4CONVERT_PERSISTENT=0"; flags="--skip-kernels" ;;
+    on) bash bench/device/sync_rows.sh on ;;
+    prefetch) bash bench/device/sync_rows.sh prefetch FP4CONVERT_PREFETCH=1 --skip-kernels ;;
+    off) bash bench/device/sync_rows.sh off "FP4CONVERT_BF16_WORDS=0 FP4CONVERT_PERSISTENT=0" --skip-kernels ;;
   esac
-  echo "== sync rows, $L layers, $run ($env $flags)"
-  env $env timeout 120 python3 bench/live_sync.py $flags --layers $L --repeat 3 > $OUT/live_sync$L-$run.txt 2>&1
-  grep -E "^(export|LiveExporter|validate|device copy|NVFP4|MXFP8)" $OUT/live_sync$L-$run.txt | cut -c1-170
-  grep -hE "^bytes|!!|Error|error" $OUT/live_sync$L-$run.txt | cut -c1-300
 done
 if [ -n "$QUICK_TESTS" ]; then
   echo "== every GPU test"; timeout 200 $P -m gpu tests/formats tests/megatron -n 12 -rfE 2>&1 | tail -6

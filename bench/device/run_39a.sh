@@ -16,15 +16,10 @@ for i in 1 2; do
   echo "== defaults + prefetch"; FP4CONVERT_PREFETCH=1 timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
 done
 [ -n "$NO_SYNC" ] && exit 0
-L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
 for run in ${SYNC_RUNS:-on off}; do
   case $run in
-    on) env=""; flags="" ;;
-    off) env="FP4CONVERT_SCALE_ASM=0"; flags="--skip-kernels" ;;
+    on) bash bench/device/sync_rows.sh on ;;
+    off) bash bench/device/sync_rows.sh off FP4CONVERT_SCALE_ASM=0 --skip-kernels ;;
   esac
-  echo "== sync rows, $L layers, $run ($env $flags)"
-  env $env timeout 120 python3 bench/live_sync.py $flags --layers $L --repeat 3 > $OUT/live_sync$L-$run.txt 2>&1
-  grep -E "^(export|LiveExporter|validate|device copy|NVFP4|MXFP8)" $OUT/live_sync$L-$run.txt | cut -c1-170
-  grep -hE "^bytes|!!|Error|error" $OUT/live_sync$L-$run.txt | cut -c1-300
 done
 echo "== every GPU test"; timeout 200 $P -m gpu tests/formats tests/megatron -n 12 -rfE 2>&1 | tail -6

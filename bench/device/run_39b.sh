@@ -9,10 +9,6 @@ exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
 timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
-L=36; [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ] && L=48
-echo "== sync rows, $L layers"
-timeout 150 python3 bench/live_sync.py --layers $L --repeat 3 > $OUT/live_sync$L.txt 2>&1
-grep -E "^(export|LiveExporter|validate|device copy|NVFP4|MXFP8)" $OUT/live_sync$L.txt | cut -c1-170
-grep -hE "^bytes|!!|Error|error" $OUT/live_sync$L.txt | cut -c1-300
+SYNC_TIMEOUT=150 bash bench/device/sync_rows.sh defaults
 timeout 80 $P -m gpu tests/megatron -n 12 -rfE 2>&1 | tail -3
 timeout 60 $P -m gpu tests/formats/test_cuda.py -n 12 -rfE -k segment 2>&1 | tail -3
