@@ -3,7 +3,8 @@ revision's kernels compiled the same way.
 
 Triton compiles for a named target with its own ptxas, and its nvdisasm lists the machine code, so
 this runs on any machine with the dev extra. The counts are static (each instruction of the kernel
-once, loops not multiplied out; "loop" counts the longest loop's, what each step issues), a check of
+once, loops not multiplied out; "loop" counts the longest loop's, what each step issues, "bar" the
+barriers in it), a check of
 what a kernel change does to the code; speed is measured on the device (bench/device/nvfp4_ab.py,
 bench/live_sync.py).
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = "loop"  # the counts' key for the longest loop's instructions (not an operation)
+LOOP_BARRIERS = "loop barriers"  # and for the barriers (BAR) among them: each holds a program's warps together
 # count the kernels as they run with every path on: this tree's kernels take the word path as WORDS;
 # revisions before stop 37 read this variable in the kernels (the other revision's subprocess inherits it)
 os.environ.setdefault("FP4CONVERT_BF16_WORDS", "1")
@@ -87,17 +89,22 @@ def _count(fn: object, args: dict[str, str], constexprs: dict[str, object]) -> c
         listing = subprocess.run([str(nvdisasm), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
     ops: collections.Counter[str] = collections.Counter()
     labels: dict[str, int] = {}  # label -> index of the instruction that follows it
-    loop = 0  # instructions of the longest loop (a branch back to a label above it): what a step issues
+    barriers: list[int] = []  # indices of the barrier instructions
+    loop, loop_barriers = 0, 0  # the longest loop (a branch back to a label above it): what a step issues
     for line in listing.splitlines():
         if label := re.match(r"(\.L_x_\d+):", line):
             labels[label.group(1)] = ops.total()
         found = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
         if found:
             back = re.search(r"BRA\s.*`\((\.L_x_\d+)\)", line)
-            if back and back.group(1) in labels:
-                loop = max(loop, ops.total() + 1 - labels[back.group(1)])
+            if back and back.group(1) in labels and ops.total() + 1 - labels[back.group(1)] > loop:
+                loop = ops.total() + 1 - labels[back.group(1)]
+                loop_barriers = sum(i >= labels[back.group(1)] for i in barriers)
+            if found.group(1) == "BAR":
+                barriers.append(ops.total())
             ops[found.group(1)] += 1
     ops[LOOP] = loop
+    ops[LOOP_BARRIERS] = loop_barriers
     return ops
 
 
@@ -130,16 +137,16 @@ def main() -> None:
         return
     there = _other_revision(args.against) if args.against else {}
     print(f"static SASS instructions, sm_90 (Triton's ptxas), this tree{f' against {args.against}' if there else ''}")
-    print(f"{'':26} {'total':>6} {'loop':>6}")
+    print(f"{'':26} {'total':>6} {'loop':>6} {'bar':>4}")
     for name, ops in here.items():
-        loop = ops.pop(LOOP, 0)
+        loop, bars = ops.pop(LOOP, 0), ops.pop(LOOP_BARRIERS, 0)
         total = sum(ops.values())
-        line = f"{name:26} {total:6d} {loop:6d}"
+        line = f"{name:26} {total:6d} {loop:6d} {bars:4d}"
         if there:
-            before_loop = there[name].pop(LOOP, 0)
+            before_loop, before_bars = there[name].pop(LOOP, 0), there[name].pop(LOOP_BARRIERS, 0)
             before = sum(there[name].values())
             change = f"{total / before:.3f}x, loop {loop - before_loop:+d}"
-            line += f"  {args.against}: {before:6d} {before_loop:6d}  ({change})"
+            line += f"  {args.against}: {before:6d} {before_loop:6d} {before_bars:4d}  ({change})"
         print(line)
         changed = sorted(set(ops) | set(there.get(name, {})), key=lambda o: -ops.get(o, 0))[: args.top]
         cells = [f"{o} {ops.get(o, 0)}" + (f" ({there[name].get(o, 0)})" if there else "") for o in changed]
