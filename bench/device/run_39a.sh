@@ -1,10 +1,12 @@
-# Stop 39 (issue 15), on an H200 where one is lent. (1) The NVFP4 launch tests, then tests/megatron
-# (the exporter's and validator's segment kernels), with the defaults: the scale bytes now stored and
-# compared in the registers' layout (FP4CONVERT_SCALE_ASM), with no shared-memory round trip and no
-# barrier per column step; the MXFP8 row kernel stores its scale bytes the same way. (2) bench/device/nvfp4_ab.py, alternating, two rounds: the defaults,
-# FP4CONVERT_SCALE_ASM=0 (the layout conversion as before), the defaults with prefetch. (3) The sync
-# rows (48 layers on an H200, 36 on an H100) with the defaults, then with FP4CONVERT_SCALE_ASM=0
-# (SYNC_RUNS picks). (4) Every GPU test, where time is left. Everything also goes to $OUT/run.txt.
+# Stop 39 (issue 15), run on an H100 at 3ab11c0 (bench/results/scale-store-h100-stop39.txt). (1) The
+# NVFP4 launch tests, tests/megatron, with the defaults of that tree: the scale bytes stored and compared
+# from the registers' layout with inline PTX (FP4CONVERT_SCALE_ASM), no shared-memory round trip and
+# no barrier per column step; the MXFP8 row kernel storing its scale bytes the same way. (2)
+# bench/device/nvfp4_ab.py, alternating, two rounds: the defaults, FP4CONVERT_SCALE_ASM=0 (Triton's
+# store through shared memory), the defaults with prefetch. (3) The sync rows (48 layers on an H200,
+# 36 on an H100) both ways (SYNC_RUNS picks). (4) Every GPU test. Everything also goes to $OUT/run.txt.
+# The inline PTX and its flag were taken out after this run (1.6x slower), so on a later tree every
+# variant runs Triton's store.
 exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
