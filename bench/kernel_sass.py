@@ -4,9 +4,8 @@ revision's kernels compiled the same way.
 Triton compiles for a named target with its own ptxas, and its nvdisasm lists the machine code, so
 this runs on any machine with the dev extra. The counts are static (each instruction of the kernel
 once, loops not multiplied out; "loop" counts the longest loop's, what each step issues, "bar" the
-barriers in it), a check of
-what a kernel change does to the code; speed is measured on the device (bench/device/nvfp4_ab.py,
-bench/live_sync.py).
+barriers in it), a check of what a kernel change does to the code; speed is measured on the device
+(bench/device/nvfp4_ab.py, bench/live_sync.py).
 
     python bench/kernel_sass.py [--against REV] [--top 12]
 """
