@@ -96,9 +96,10 @@ def _count(fn: object, args: dict[str, str], constexprs: dict[str, object]) -> c
         found = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
         if found:
             back = re.search(r"BRA\s.*`\((\.L_x_\d+)\)", line)
-            if back and back.group(1) in labels and ops.total() + 1 - labels[back.group(1)] > loop:
-                loop = ops.total() + 1 - labels[back.group(1)]
-                loop_barriers = sum(i >= labels[back.group(1)] for i in barriers)
+            start = labels.get(back.group(1)) if back else None  # a branch back: the loop's first instruction
+            if start is not None and ops.total() + 1 - start > loop:
+                loop = ops.total() + 1 - start
+                loop_barriers = sum(i >= start for i in barriers)
             if found.group(1) == "BAR":
                 barriers.append(ops.total())
             ops[found.group(1)] += 1
