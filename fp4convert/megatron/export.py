@@ -8,12 +8,15 @@ over the tensors of the chosen dialect. Every group's members share one outer am
 
 :func:`export_hf` is the one-call form of :class:`~fp4convert.megatron.sync.LiveExporter`, which
 it keeps per (contract, model, dialect, EP position), so a training loop calling it every sync
-builds the plan, the name resolution and the output buffers once. Parameters are consumed lazily:
-a high-precision tensor is yielded when it arrives, the routed experts of one layer and format
-when the layer's last expert tensor arrived (one launch quantizes them all), any other shared-scale
-group when its last member arrived (MLA's ``q_a_proj`` / ``kv_a_proj_with_mqa`` wait for each
-other). Outputs are views of the exporter's buffers; buffers still referenced by the caller are
-never overwritten (a new set is used instead).
+builds the plan, the name resolution and the output buffers once. Parameters the caller already
+holds (a dict, its ``items()``, a list) are one whole update, in plan order: on a GPU the third sync
+with the same parameters and on replays the second one's CUDA graph. Parameters from an iterator
+(``model.named_parameters()``, a generator gathering shards) are consumed lazily: a high-precision
+tensor is yielded when it arrives, the routed experts of one layer and format when the layer's last
+expert tensor arrived (one launch quantizes them all), any other shared-scale group when its last
+member arrived (MLA's ``q_a_proj`` / ``kv_a_proj_with_mqa`` wait for each other). Outputs are views
+of the exporter's buffers; buffers still referenced by the caller are never overwritten (a new set
+is used instead).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 
 from fp4convert.contract import contract_hash
 from fp4convert.megatron.plan import ContractLike, DialectLike, loaded_contract
-from fp4convert.megatron.sync import LiveExporter
+from fp4convert.megatron.sync import LiveExporter, held_whole
 
 __all__ = ["export_hf"]
 
@@ -83,7 +86,7 @@ def export_hf(
     Args:
         named_params: ``(name, tensor)`` pairs or a mapping; Megatron-Core names (``module.``
             wrappers allowed, TEGroupedMLP or SequentialMLP experts), TP-gathered BF16 tensors.
-            Consumed lazily, one at a time.
+            An iterator is consumed lazily, one at a time; a collection is taken whole.
         contract: a :class:`~fp4convert.contract.Contract`, a contract file or a shipped name.
         family: family key (``"qwen3_moe"``); None takes it from ``config``.
         config: the model's config.json.
@@ -94,9 +97,10 @@ def export_hf(
         calibration: activation amax per HF module, for per-tensor activation contracts.
 
     Yields:
-        ``(HF name, tensor)`` in the dialect's layout, each group's tensors as soon as it is
-        complete: e.g. ``...experts.7.gate_proj.weight`` (U8), ``...weight_scale`` (E4M3),
-        ``...weight_scale_2`` (F32), then the same for ``up_proj``.
+        ``(HF name, tensor)`` in the dialect's layout: from an iterator each group's tensors as
+        soon as it is complete, from a collection in plan order; e.g.
+        ``...experts.7.gate_proj.weight`` (U8), ``...weight_scale`` (E4M3), ``...weight_scale_2``
+        (F32), then the same for ``up_proj``.
 
     Raises:
         ConversionError: the contract cannot be exported in this dialect (raised at the first
@@ -120,4 +124,7 @@ def export_hf(
         include_input_scale=include_input_scale,
         calibration=calibration,
     )
-    yield from exporter.stream(named_params)
+    if held_whole(named_params):  # everything is here already: one whole update, replayed from the third sync on
+        yield from exporter(named_params)
+    else:
+        yield from exporter.stream(named_params)

@@ -482,9 +482,7 @@ class LiveExporter:
     def __call__(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> list[Pair]:
         """The whole update, in plan order (the garbage collector paused meanwhile: :func:`gc_paused`)."""
         with gc_paused():
-            # replays need every parameter first: only a collection already held (a dict, its items, a
-            # list) is taken whole; an iterator, which may gather each tensor as it goes, stays lazy
-            if self.cuda_graphs and isinstance(named_params, (Mapping, ItemsView, Sequence)):
+            if self.cuda_graphs and held_whole(named_params):
                 params = list(named_params.items() if isinstance(named_params, Mapping) else named_params)
                 return self._replayed(params)
             return self._whole(named_params, None)
@@ -537,6 +535,13 @@ class LiveExporter:
         """The whole update in plan order, as buckets of at most ``max_bytes`` (a larger tensor
         is a bucket of its own), what RL frameworks send one at a time."""
         return bucketed(self(named_params), max_bytes)
+
+
+def held_whole(named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> bool:
+    """Whether ``named_params`` is a collection already held (a dict, its items, a list), which a
+    sync may take whole (replays need every parameter first); an iterator, which may gather each
+    tensor as it goes, is consumed lazily instead."""
+    return isinstance(named_params, (Mapping, ItemsView, Sequence))
 
 
 def bucketed(pairs: list[Pair], max_bytes: int) -> Iterator[list[Pair]]:

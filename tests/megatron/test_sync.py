@@ -38,8 +38,12 @@ def test_whole_update_in_plan_order_equals_export_hf(model):
     names = [n for n, _ in update]
     plan_order = [out[0] for item in exporter.items for out in item.outputs]
     assert names == plan_order
-    streamed = dict(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config))
-    assert sorted(streamed) == sorted(names)
+    # export_hf takes a collection it is handed whole too, and streams an iterator's groups as they complete
+    held = list(export_hf(megatron, contract=NVFP4_EXPERTS, family=None, config=config))
+    assert [n for n, _ in held] == plan_order
+    assert _as_bytes(held) == _as_bytes(update)
+    streamed = dict(export_hf(iter(megatron.items()), contract=NVFP4_EXPERTS, family=None, config=config))
+    assert sorted(streamed) == sorted(names) and list(streamed) != plan_order
     for name, tensor in update:
         assert tensor.dtype == streamed[name].dtype, name
         assert_bytes_equal(tensor, streamed[name])
@@ -329,6 +333,23 @@ def test_replayed_syncs_hand_out_the_eager_syncs_outputs(model, recorded_graphs)
     for _ in range(3):
         assert len(exporter(part)) < len(want)
     assert len(recorded_graphs) == 2
+
+
+def test_export_hf_replays_the_parameters_it_is_handed_whole(model, recorded_graphs, monkeypatch):
+    from fp4convert.megatron import export as export_module
+
+    monkeypatch.setattr(export_module, "_EXPORTERS", type(export_module._EXPORTERS)())  # none kept from other tests
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    want = _as_bytes(_exporter(config, cuda_graphs=False)(megatron))
+    where = {"contract": NVFP4_EXPERTS, "family": None, "config": config}
+    for sync in range(4):  # eager, captured, replayed, replayed
+        assert _as_bytes(export_hf(megatron.items(), **where)) == want
+        assert len(recorded_graphs) == min(sync, 1)
+    assert recorded_graphs[0].replays == 3
+    for _ in range(2):  # an iterator: streamed, eagerly
+        assert _as_bytes(export_hf(iter(megatron.items()), **where)) == want
+    assert len(recorded_graphs) == 1 and recorded_graphs[0].replays == 3
 
 
 @pytest.mark.gpu
