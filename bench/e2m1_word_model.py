@@ -1,7 +1,8 @@
-"""A numpy model of ``_triton_segments._e2m1_word``'s PTX (bf16 words -> eight E2M1 codes in one word)
-against the specification's threshold comparisons, on every bf16 value at each of the eight positions
-times 12 encode factors: a check of the sequence's arithmetic (constants, shift order) on a machine
-without a GPU. The GPU's own bytes: tests/formats/test_cuda.py (the word path is on by default).
+"""A numpy model of ``_triton_segments._e2m1_word``'s PTX (bf16 words -> eight E2M1 codes in one word),
+each way ``e2m1_word_ptx`` gathers the codes, against the specification's threshold comparisons, on
+every bf16 value at each of the eight positions times 12 encode factors: a check of the sequence's
+arithmetic (constants, shift order) on a machine without a GPU. The GPU's own bytes:
+tests/formats/test_cuda.py (the word path is on by default).
 
     python bench/e2m1_word_model.py
 """
@@ -42,21 +43,35 @@ def specification(y: np.ndarray) -> np.ndarray:
     return np.where(a == a, m | ((_bits(y) >> 31) << 3), 7).astype(np.uint32)
 
 
-def model(words: list[np.ndarray], enc: np.float32) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The PTX, instruction by instruction: (code words, the eight products)."""
+def model(words: list[np.ndarray], enc: np.float32, pack: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The PTX under ``pack`` (``e2m1_word_ptx``'s choices), instruction by instruction: (code words,
+    the eight products)."""
     xs = [f(w) for w in words for f in (lambda w: _f32(w << 16), lambda w: _f32(w & 0xFFFF0000))]
     ys = []
     for x in xs:
         y = (x * enc).astype(np.float32)
         y.view(np.uint32)[np.isnan(y)] = 0x7FFFFFFF  # a NaN product on the GPU: the canonical NaN
         ys.append(y)
-    m = s = np.zeros(words[0].shape, np.uint32)
-    for y in ys:  # shf.r.wrap m, m, t, 4: t's low nibble in at the top
+    sums, us = [], []
+    for y in ys:
         a = np.fmin(np.abs(y), np.float32(6.0))  # min.f32: NaN -> 6
         u = np.maximum(_bits(a), 0x3F800000) & 0x7F800000
-        c = u + (u >> 22) + 184549122
-        t = _bits((a + _f32(c)).astype(np.float32))
-        m = (m >> 4) | (t << 28)
+        if pack == "horner-hi":  # mul.hi.u32 c, u, 1025
+            offset = ((u.astype(np.uint64) * 1025) >> 32).astype(np.uint32)
+        else:
+            offset = u >> 22
+        c = u + offset + 184549122
+        sums.append(_bits((a + _f32(c)).astype(np.float32)))
+        us.append(u)
+    m = np.zeros(words[0].shape, np.uint32)
+    if pack == "shift":
+        for t in sums:  # shf.r.wrap m, m, t, 4: t's low nibble in at the top
+            m = (m >> 4) | (t << 28)
+    else:  # mad.lo m, m, 16, t from the last sum to the first (mod 2^32), then what they carried
+        for t in reversed(sums):
+            m = m * np.uint32(16) + t
+        m = m - us[2] * np.uint32(256) - us[1] * np.uint32(16) - us[0] + np.uint32(0x45000000)
+    s = np.zeros(words[0].shape, np.uint32)
     for y in reversed(ys):  # shf.l.wrap s, y, s, 4: y's top nibble in at the bottom
         s = (s << 4) | (_bits(y) >> 28)
     return (m | (s & 0x88888888)).astype(np.uint32), ys
@@ -67,12 +82,13 @@ def main() -> None:
     v = np.arange(65536, dtype=np.uint32)
     values = [(v + 8191 * j) & 0xFFFF for j in range(8)]  # every bf16 at every position
     words = [values[2 * k] | (values[2 * k + 1] << 16) for k in range(4)]
-    differing = 0
-    for enc in ENCODE_FACTORS:
-        got, ys = model(words, np.float32(enc))
-        want = sum((specification(y) << (4 * j) for j, y in enumerate(ys)), np.zeros(got.shape, np.uint32))
-        differing += int((got != want).sum())
-    print(f"{len(ENCODE_FACTORS)} encode factors x 65536 words of eight bf16: {differing} code words differ")
+    for pack in ("shift", "horner", "horner-hi"):
+        differing = 0
+        for enc in ENCODE_FACTORS:
+            got, ys = model(words, np.float32(enc), pack)
+            want = sum((specification(y) << (4 * j) for j, y in enumerate(ys)), np.zeros(got.shape, np.uint32))
+            differing += int((got != want).sum())
+        print(f"{pack:9}: {len(ENCODE_FACTORS)} encode factors x 65536 words of eight bf16: {differing} words differ")
 
 
 if __name__ == "__main__":

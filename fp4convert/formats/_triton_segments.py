@@ -313,50 +313,84 @@ def _bf16_amax(w0, w1, w2, w3):
     )  # fmt: skip
 
 
+#: how ``_e2m1_word`` gathers the eight code magnitudes into one word (``FP4CONVERT_E2M1_PACK``, read
+#: once, at import): ``shift``, a funnel shift per value (the ALU pipe, which every other integer step
+#: of the encode also takes); ``horner``, ``m = m * 16 + t`` per value by integer multiply-adds (the
+#: FMA pipe), the rounded sums' exponent bits subtracted after; ``horner-hi``, that and each sum's
+#: offset ``u + (u >> 22)`` by one ``mul.hi`` with 1025 (``u * 1025 >> 32``: no power of two, so ptxas
+#: keeps it a multiply) instead of a shift and an add. The same bytes (bench/e2m1_word_model.py,
+#: tests/formats/test_cuda.py); which is faster depends on which pipe bounds the pass.
+E2M1_PACK_BY_DEFAULT = "shift"
+_E2M1_PACK = os.environ.get("FP4CONVERT_E2M1_PACK", E2M1_PACK_BY_DEFAULT)
+
+
+def e2m1_word_ptx(pack: str) -> str:
+    """The PTX of ``_e2m1_word`` under ``pack`` (:data:`E2M1_PACK_BY_DEFAULT`'s choices)."""
+    if pack not in ("shift", "horner", "horner-hi"):
+        raise ValueError(f"FP4CONVERT_E2M1_PACK={pack!r}: expected shift, horner or horner-hi")
+
+    def each(template: str) -> str:
+        return " ".join(template.format(i=i) for i in range(8))
+
+    if pack == "horner-hi":  # u * 1025 = (u << 10) + u: its high word is u >> 22 (u's low 23 bits are 0)
+        offsets = [each("mul.hi.u32 c{i}, u{i}, 1025;")]
+    else:
+        offsets = [each("shr.u32 c{i}, u{i}, 22;")]
+    if pack == "shift":  # each sum's low nibble in at the top
+        gather = ["shf.r.wrap.b32 m, t0, t0, 4;", " ".join(f"shf.r.wrap.b32 m, m, t{i}, 4;" for i in range(1, 8))]
+    else:
+        # sum j is u_j + 0x0B000000 + code_j: what the multiply-adds carry above the codes is
+        # 16^j (u_j + 0x0B000000) mod 2^32, which is 0 from j = 3 on (u_j is u's exponent field,
+        # bits 23-30), 0xBB000000 + u_0 + 16 u_1 + 256 u_2 in all
+        gather = [
+            "mad.lo.u32 m, t7, 16, t6;",
+            " ".join(f"mad.lo.u32 m, m, 16, t{i};" for i in range(5, -1, -1)),
+            "mad.lo.u32 m, u2, 0xFFFFFF00, m; mad.lo.u32 m, u1, 0xFFFFFFF0, m; sub.u32 m, m, u0;",
+            "add.u32 m, m, 0x45000000;",
+        ]
+    body = [
+        ".reg .b32 x<8>, y<8>, a<8>, u<8>, c<8>, t<8>, m, s;",
+        " ".join(f"shl.b32 x{2 * k}, ${k + 1}, 16; and.b32 x{2 * k + 1}, ${k + 1}, 4294901760;" for k in range(4)),
+        each("mul.rn.f32 y{i}, x{i}, $5;"),
+        each("abs.f32 a{i}, y{i};"),
+        each("min.f32 a{i}, a{i}, 0f40C00000;"),
+        each("max.u32 u{i}, a{i}, 1065353216;"),
+        each("and.b32 u{i}, u{i}, 2139095040;"),
+        *offsets,
+        each("add.u32 c{i}, c{i}, u{i};"),
+        each("add.u32 c{i}, c{i}, 184549122;"),
+        each("add.rn.f32 t{i}, a{i}, c{i};"),
+        *gather,
+        # each product's top nibble in at the bottom: its sign bit lands on bit 3 of its nibble
+        "shf.l.wrap.b32 s, y7, y7, 4;",
+        " ".join(f"shf.l.wrap.b32 s, y{i}, s, 4;" for i in range(6, -1, -1)),
+        "and.b32 s, s, 2290649224; or.b32 $0, m, s;",
+    ]
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+_E2M1_WORD_PTX = tl.constexpr(e2m1_word_ptx(_E2M1_PACK))
+
+
 @triton.jit
 def _e2m1_word(w0, w1, w2, w3, enc):
     """``_e2m1(x_j * enc, True)`` of the eight bf16 ``x_j`` of four words (``x_2k`` the low half of
     word k) packed into one word, value j in nibble j (the NVFP4 data layout): the
-    same rounding as ``_e2m1``, written as PTX (compiled kernels only; the interpreter runs
-    ``_e2m1``). Each product's code magnitude is the low nibble of its rounded sum (see ``_e2m1``:
-    the sum's bits are ``u + 0x0B000000 + code``, whose low 23 bits are the code), moved into place
-    by funnel shifts; its sign is the product's sign bit, moved the same way: a NaN product is the
-    canonical NaN 0x7FFFFFFF on the GPU, positive whatever the operands' signs, which is the +6 the
-    specification gives NaN (tests/formats/test_cuda.py checks every bf16 value in every nibble).
-    No packing arithmetic: two shifts per value instead of a shift, a mask, a minimum and an add."""
-    return tl.inline_asm_elementwise(
-        """{
-        .reg .b32 x<8>, y<8>, a<8>, u<8>, c<8>, t<8>, m, s;
-        shl.b32 x0, $1, 16; and.b32 x1, $1, 4294901760; shl.b32 x2, $2, 16; and.b32 x3, $2, 4294901760;
-        shl.b32 x4, $3, 16; and.b32 x5, $3, 4294901760; shl.b32 x6, $4, 16; and.b32 x7, $4, 4294901760;
-        mul.rn.f32 y0, x0, $5; mul.rn.f32 y1, x1, $5; mul.rn.f32 y2, x2, $5; mul.rn.f32 y3, x3, $5;
-        mul.rn.f32 y4, x4, $5; mul.rn.f32 y5, x5, $5; mul.rn.f32 y6, x6, $5; mul.rn.f32 y7, x7, $5;
-        abs.f32 a0, y0; abs.f32 a1, y1; abs.f32 a2, y2; abs.f32 a3, y3;
-        abs.f32 a4, y4; abs.f32 a5, y5; abs.f32 a6, y6; abs.f32 a7, y7;
-        min.f32 a0, a0, 0f40C00000; min.f32 a1, a1, 0f40C00000; min.f32 a2, a2, 0f40C00000; min.f32 a3, a3, 0f40C00000;
-        min.f32 a4, a4, 0f40C00000; min.f32 a5, a5, 0f40C00000; min.f32 a6, a6, 0f40C00000; min.f32 a7, a7, 0f40C00000;
-        max.u32 u0, a0, 1065353216; max.u32 u1, a1, 1065353216; max.u32 u2, a2, 1065353216; max.u32 u3, a3, 1065353216;
-        max.u32 u4, a4, 1065353216; max.u32 u5, a5, 1065353216; max.u32 u6, a6, 1065353216; max.u32 u7, a7, 1065353216;
-        and.b32 u0, u0, 2139095040; and.b32 u1, u1, 2139095040; and.b32 u2, u2, 2139095040; and.b32 u3, u3, 2139095040;
-        and.b32 u4, u4, 2139095040; and.b32 u5, u5, 2139095040; and.b32 u6, u6, 2139095040; and.b32 u7, u7, 2139095040;
-        shr.u32 c0, u0, 22; shr.u32 c1, u1, 22; shr.u32 c2, u2, 22; shr.u32 c3, u3, 22;
-        shr.u32 c4, u4, 22; shr.u32 c5, u5, 22; shr.u32 c6, u6, 22; shr.u32 c7, u7, 22;
-        add.u32 c0, c0, u0; add.u32 c1, c1, u1; add.u32 c2, c2, u2; add.u32 c3, c3, u3;
-        add.u32 c4, c4, u4; add.u32 c5, c5, u5; add.u32 c6, c6, u6; add.u32 c7, c7, u7;
-        add.u32 c0, c0, 184549122; add.u32 c1, c1, 184549122; add.u32 c2, c2, 184549122; add.u32 c3, c3, 184549122;
-        add.u32 c4, c4, 184549122; add.u32 c5, c5, 184549122; add.u32 c6, c6, 184549122; add.u32 c7, c7, 184549122;
-        add.rn.f32 t0, a0, c0; add.rn.f32 t1, a1, c1; add.rn.f32 t2, a2, c2; add.rn.f32 t3, a3, c3;
-        add.rn.f32 t4, a4, c4; add.rn.f32 t5, a5, c5; add.rn.f32 t6, a6, c6; add.rn.f32 t7, a7, c7;
-        shf.r.wrap.b32 m, t0, t0, 4; shf.r.wrap.b32 m, m, t1, 4; shf.r.wrap.b32 m, m, t2, 4;
-        shf.r.wrap.b32 m, m, t3, 4; shf.r.wrap.b32 m, m, t4, 4; shf.r.wrap.b32 m, m, t5, 4;
-        shf.r.wrap.b32 m, m, t6, 4; shf.r.wrap.b32 m, m, t7, 4;
-        shf.l.wrap.b32 s, y7, y7, 4; shf.l.wrap.b32 s, y6, s, 4; shf.l.wrap.b32 s, y5, s, 4;
-        shf.l.wrap.b32 s, y4, s, 4; shf.l.wrap.b32 s, y3, s, 4; shf.l.wrap.b32 s, y2, s, 4;
-        shf.l.wrap.b32 s, y1, s, 4; shf.l.wrap.b32 s, y0, s, 4;
-        and.b32 s, s, 2290649224; or.b32 $0, m, s;
-        }""",
-        "=r,r,r,r,r,f", [w0, w1, w2, w3, enc], dtype=tl.uint32, is_pure=True, pack=1,
-    )  # fmt: skip
+    same rounding as ``_e2m1``, written as PTX (:func:`e2m1_word_ptx`; compiled kernels only, the
+    interpreter runs ``_e2m1``). Each product's code magnitude is the low nibble of its rounded sum
+    (see ``_e2m1``: the sum's bits are ``u + 0x0B000000 + code``, whose low 23 bits are the code),
+    gathered as :data:`E2M1_PACK_BY_DEFAULT` says; its sign is the product's sign bit, moved into
+    place by funnel shifts: a NaN product is the canonical NaN 0x7FFFFFFF on the GPU, positive
+    whatever the operands' signs, which is the +6 the specification gives NaN
+    (tests/formats/test_cuda.py checks every bf16 value in every nibble). No packing arithmetic for
+    the signs: one shift per value instead of a shift, a mask, a minimum and an add."""
+    return _e2m1_word_as(w0, w1, w2, w3, enc, _E2M1_WORD_PTX)
+
+
+@triton.jit
+def _e2m1_word_as(w0, w1, w2, w3, enc, PTX: tl.constexpr):
+    """``_e2m1_word`` by the PTX given (:func:`e2m1_word_ptx`: tests check each way)."""
+    return tl.inline_asm_elementwise(PTX, "=r,r,r,r,r,f", [w0, w1, w2, w3, enc], dtype=tl.uint32, is_pure=True, pack=1)
 
 
 @triton.jit

@@ -312,7 +312,7 @@ def test_one_add_e2m1_rounding_equals_the_thresholds_on_every_float32(signed_zer
 
 
 @triton.jit
-def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr):
+def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr, PTX: tl.constexpr):
     """Program k, lane i: the eight bf16 ``(i + 8191 j) mod 2^16`` (j = 0..7, so every pattern comes
     at every position) as four words, times ``enc[k // (65536 / BLOCK)]``: how many words of codes
     from ``_e2m1_word`` differ from the specification's ``_triton._e2m1_code`` (``out[0]``), and how
@@ -339,7 +339,7 @@ def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr):
         x = (xs[j] << 16).to(tl.uint32).to(tl.float32, bitcast=True)
         want = want | (_triton._e2m1_code(x * enc, True).to(tl.uint32) << (4 * j))
         best = tl.where(x == x, tl.maximum(best, tl.abs(x)), best)
-    got = ts._e2m1_word(w0, w1, w2, w3, enc)
+    got = ts._e2m1_word_as(w0, w1, w2, w3, enc, PTX)
     amax = ts._bf16_amax(w0, w1, w2, w3)
     same = amax.to(tl.uint32, bitcast=True) == best.to(tl.uint32, bitcast=True)
     amax_wrong = tl.where(best < 0.0, amax == amax, ~same)
@@ -347,13 +347,15 @@ def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr):
     tl.atomic_add(out_ptr + 1, tl.sum(amax_wrong.to(tl.int64)))
 
 
-def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16():
+@pytest.mark.parametrize("pack", ["shift", "horner", "horner-hi"])
+def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16(pack):
     # By default (FP4CONVERT_BF16_WORDS=0 turns it off) the te kernels on sm_89+ read bf16 as 32-bit words:
     # block amaxes by max.bf16x2, codes by the PTX of _e2m1_word (signs from the products' sign bits: a NaN product
     # is the canonical, positive NaN). Both functions, called directly whatever the variable says:
     # every bf16 pattern at each of the eight positions of a word group, times encode factors from
     # subnormal to FLT_MAX (normals, subnormals, ties, saturation, inf, NaN of either sign, -0). The
-    # kernels' bytes with the path on: the other tests here (it is on by default).
+    # kernels' bytes with the path on: the other tests here (it is on by default). Each way of gathering
+    # the codes (FP4CONVERT_E2M1_PACK), whatever the variable says.
     if not ts.has_e4m3_instruction(torch.device("cuda")):
         pytest.skip("the word path runs on compute capability 8.9 and later")
     tiny = torch.finfo(torch.float32).tiny
@@ -361,7 +363,8 @@ def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16():
     enc = torch.tensor(encs, dtype=torch.float32, device="cuda")
     out = torch.zeros(2, dtype=torch.int64, device="cuda")
     block = 1024
-    _bf16_word_disagreements[(len(encs) * 65536 // block,)](out, enc, BLOCK=block, enable_fp_fusion=False)
+    ptx = ts.e2m1_word_ptx(pack)
+    _bf16_word_disagreements[(len(encs) * 65536 // block,)](out, enc, BLOCK=block, PTX=ptx, enable_fp_fusion=False)
     wrong_words, wrong_amax = out.tolist()
     assert (wrong_words, wrong_amax) == (0, 0), f"{wrong_words} code words and {wrong_amax} maxima differ"
 
