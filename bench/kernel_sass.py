@@ -3,11 +3,12 @@ revision's kernels compiled the same way.
 
 Triton compiles for a named target with its own ptxas, and its nvdisasm lists the machine code, so
 this runs on any machine with the dev extra. The counts are static (each instruction of the kernel
-once, loops not multiplied out; "loop" counts the longest loop's, what each step issues, "bar" the
-barriers in it), a check of what a kernel change does to the code; speed is measured on the device
-(bench/device/nvfp4_ab.py, bench/live_sync.py).
+once, loops not multiplied out; "loop" counts the longest loop's, what each step issues, "alu" those
+of them the ALU pipe issues (ALU_OPS), "bar" the barriers in it), a check of what a kernel change
+does to the code; speed is measured on the device (bench/device/nvfp4_ab.py, bench/live_sync.py).
 
     python bench/kernel_sass.py [--against REV] [--top 12]
+    FP4CONVERT_E2M1_PACK=horner python bench/kernel_sass.py   # a kernel flag (read at import) set
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = "loop"  # the counts' key for the longest loop's instructions (not an operation)
 LOOP_BARRIERS = "loop barriers"  # and for the barriers (BAR) among them: each holds a program's warps together
+LOOP_ALU = "loop alu"  # and for those of them that issue to the ALU pipe (ALU_OPS)
+#: operations sm_90 issues to its ALU pipe, as Nsight Compute's pipeline descriptions put it (logic,
+#: shifts, integer arithmetic other than multiply-adds, comparisons, minima and maxima, selects): 16
+#: lanes per SM quarter, half the rate of FP32 arithmetic, and where the NVFP4 encode spends most of
+#: its instructions. IMAD (moves and shifts by it included) and FP32 arithmetic take the FMA pipes;
+#: where ptxas's VIADD goes is not documented, so it is not counted.
+ALU_OPS = frozenset(
+    {"LOP3", "SHF", "LEA", "IADD3", "ISETP", "IMNMX", "VIMNMX", "FMNMX", "FSETP", "FSEL", "SEL", "PRMT", "IABS",
+     "PLOP3", "VHMNMX", "HMNMX2", "FLO", "POPC", "BREV"}
+)  # fmt: skip
 # count the kernels as they run with every path on: this tree's kernels take the word path as WORDS;
 # revisions before stop 37 read this variable in the kernels (the other revision's subprocess inherits it)
 os.environ.setdefault("FP4CONVERT_BF16_WORDS", "1")
@@ -86,25 +97,23 @@ def _count(fn: object, args: dict[str, str], constexprs: dict[str, object]) -> c
         cubin.write(kernel.asm["cubin"])
         cubin.flush()
         listing = subprocess.run([str(nvdisasm), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
-    ops: collections.Counter[str] = collections.Counter()
+    sequence: list[str] = []  # the operations in the listing's order
     labels: dict[str, int] = {}  # label -> index of the instruction that follows it
-    barriers: list[int] = []  # indices of the barrier instructions
-    loop, loop_barriers = 0, 0  # the longest loop (a branch back to a label above it): what a step issues
+    loop: list[str] = []  # the longest loop (a branch back to a label above it): what a step issues
     for line in listing.splitlines():
         if label := re.match(r"(\.L_x_\d+):", line):
-            labels[label.group(1)] = ops.total()
+            labels[label.group(1)] = len(sequence)
         found = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
         if found:
+            sequence.append(found.group(1))
             back = re.search(r"BRA\s.*`\((\.L_x_\d+)\)", line)
             start = labels.get(back.group(1)) if back else None  # a branch back: the loop's first instruction
-            if start is not None and ops.total() + 1 - start > loop:
-                loop = ops.total() + 1 - start
-                loop_barriers = sum(i >= start for i in barriers)
-            if found.group(1) == "BAR":
-                barriers.append(ops.total())
-            ops[found.group(1)] += 1
-    ops[LOOP] = loop
-    ops[LOOP_BARRIERS] = loop_barriers
+            if start is not None and len(sequence) - start > len(loop):
+                loop = sequence[start:]
+    ops = collections.Counter(sequence)
+    ops[LOOP] = len(loop)
+    ops[LOOP_BARRIERS] = loop.count("BAR")
+    ops[LOOP_ALU] = sum(op in ALU_OPS for op in loop)
     return ops
 
 
@@ -137,16 +146,18 @@ def main() -> None:
         return
     there = _other_revision(args.against) if args.against else {}
     print(f"static SASS instructions, sm_90 (Triton's ptxas), this tree{f' against {args.against}' if there else ''}")
-    print(f"{'':26} {'total':>6} {'loop':>6} {'bar':>4}")
+    print(f"{'':26} {'total':>6} {'loop':>6} {'alu':>4} {'bar':>4}")
     for name, ops in here.items():
-        loop, bars = ops.pop(LOOP, 0), ops.pop(LOOP_BARRIERS, 0)
+        loop, alu, bars = ops.pop(LOOP, 0), ops.pop(LOOP_ALU, 0), ops.pop(LOOP_BARRIERS, 0)
         total = sum(ops.values())
-        line = f"{name:26} {total:6d} {loop:6d} {bars:4d}"
+        line = f"{name:26} {total:6d} {loop:6d} {alu:4d} {bars:4d}"
         if there:
-            before_loop, before_bars = there[name].pop(LOOP, 0), there[name].pop(LOOP_BARRIERS, 0)
-            before = sum(there[name].values())
+            theirs = there[name]
+            before_loop, before_bars = theirs.pop(LOOP, 0), theirs.pop(LOOP_BARRIERS, 0)
+            before_alu = theirs.pop(LOOP_ALU, 0)
+            before = sum(theirs.values())
             change = f"{total / before:.3f}x, loop {loop - before_loop:+d}"
-            line += f"  {args.against}: {before:6d} {before_loop:6d} {before_bars:4d}  ({change})"
+            line += f"  {args.against}: {before:6d} {before_loop:6d} {before_alu:4d} {before_bars:4d}  ({change})"
         print(line)
         changed = sorted(set(ops) | set(there.get(name, {})), key=lambda o: -ops.get(o, 0))[: args.top]
         cells = [f"{o} {ops.get(o, 0)}" + (f" ({there[name].get(o, 0)})" if there else "") for o in changed]
