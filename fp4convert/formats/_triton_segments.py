@@ -319,8 +319,11 @@ def _bf16_amax(w0, w1, w2, w3):
 #: FMA pipe), the rounded sums' exponent bits subtracted after; ``horner-hi``, that and each sum's
 #: offset ``u + (u >> 22)`` by one ``mul.hi`` with 1025 (``u * 1025 >> 32``: no power of two, so ptxas
 #: keeps it a multiply) instead of a shift and an add. The same bytes (bench/e2m1_word_model.py,
-#: tests/formats/test_cuda.py); which is faster depends on which pipe bounds the pass.
-E2M1_PACK_BY_DEFAULT = "shift"
+#: tests/formats/test_cuda.py). ``horner`` by default: 268 instead of 296 ALU instructions a step of the
+#: persistent loop (bench/kernel_sass.py), the same 56 registers, and on an H100, where the pass is near
+#: its bytes, no slower (two rounds: te 1x16 56.1-56.3 against 56.4-56.7 us, amax + quantize 92.9-93.2
+#: against 93.8-94.5; ``horner-hi``, 62 registers, 58.6 and 95.7; bench/results/e2m1-pack-h100-stop40.txt).
+E2M1_PACK_BY_DEFAULT = "horner"
 _E2M1_PACK = os.environ.get("FP4CONVERT_E2M1_PACK", E2M1_PACK_BY_DEFAULT)
 
 
