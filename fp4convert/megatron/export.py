@@ -9,14 +9,14 @@ over the tensors of the chosen dialect. Every group's members share one outer am
 :func:`export_hf` is the one-call form of :class:`~fp4convert.megatron.sync.LiveExporter`, which
 it keeps per (contract, model, dialect, EP position), so a training loop calling it every sync
 builds the plan, the name resolution and the output buffers once. Parameters the caller already
-holds (a dict, its ``items()``, a list) are one whole update, in plan order: on a GPU the third sync
-with the same parameters and on replays the second one's CUDA graph. Parameters from an iterator
-(``model.named_parameters()``, a generator gathering shards) are consumed lazily: a high-precision
-tensor is yielded when it arrives, the routed experts of one layer and format when the layer's last
-expert tensor arrived (one launch quantizes them all), any other shared-scale group when its last
-member arrived (MLA's ``q_a_proj`` / ``kv_a_proj_with_mqa`` wait for each other). Outputs are views
-of the exporter's buffers; buffers still referenced by the caller are never overwritten (a new set
-is used instead).
+holds (a dict, its ``items()``, a list) are one whole update, in plan order: on a GPU, from the
+third sync with the same parameters on, a replay of the CUDA graph the second one captured.
+Parameters from an iterator (``model.named_parameters()``, a generator gathering shards) are
+consumed lazily: a high-precision tensor is yielded when it arrives, the routed experts of one
+layer and format when the layer's last expert tensor arrived (one launch quantizes them all), any
+other shared-scale group when its last member arrived (MLA's ``q_a_proj`` / ``kv_a_proj_with_mqa``
+wait for each other). Outputs are views of the exporter's buffers; buffers still referenced by the
+caller are never overwritten (a new set is used instead).
 """
 
 from __future__ import annotations
