@@ -296,21 +296,54 @@ def _nvfp4_block_scales(amax, sdec, mult, PROFILE: tl.constexpr, HW: tl.constexp
     return sf, tl.minimum(enc, FLT_MAX)
 
 
+#: how ``_bf16_amax`` clears the eight values' signs (``FP4CONVERT_BF16_AMAX``, read once, at import):
+#: ``mask``, an ``and`` per word before ``max.bf16x2`` (ptxas then fuses two maxima into one three-input
+#: ``VHMNMX``); ``xorsign``, ``max.xorsign.abs.bf16x2``, which ptxas issues as ``HMNMX2.XORSIGN`` with
+#: both operands' absolute values taken for free: no mask, one more maximum per four words, the
+#: stray signs cleared by the last float maximum's ``|.|``. The same maxima (NaN-NaN lanes give NaN,
+#: ignored as before; tests/formats/test_cuda.py checks every bf16 in every position), 12 fewer
+#: instructions a step of the persistent loop, all of them on the ALU pipe (bench/kernel_sass.py).
+BF16_AMAX_BY_DEFAULT = "xorsign"
+_BF16_AMAX = os.environ.get("FP4CONVERT_BF16_AMAX", BF16_AMAX_BY_DEFAULT)
+
+
+def bf16_amax_ptx(way: str) -> str:
+    """The PTX of ``_bf16_amax`` under ``way`` (:data:`BF16_AMAX_BY_DEFAULT`'s choices)."""
+    if way == "mask":
+        body = [
+            ".reg .b32 a<4>, m, lo, hi;",
+            " ".join(f"and.b32 a{k}, ${k + 1}, 2147450879;" for k in range(4)),
+            "max.bf16x2 a0, a0, a1; max.bf16x2 a2, a2, a3; max.bf16x2 m, a0, a2;",
+            "shl.b32 lo, m, 16; and.b32 hi, m, 4294901760; max.f32 $0, lo, hi;",
+        ]
+    elif way == "xorsign":  # each maximum's sign is the xor of its operands': junk, cleared at the end
+        body = [
+            ".reg .b32 a0, a2, m; .reg .f32 lo, hi;",
+            "max.xorsign.abs.bf16x2 a0, $1, $2; max.xorsign.abs.bf16x2 a2, $3, $4;",
+            "max.xorsign.abs.bf16x2 m, a0, a2;",
+            "shl.b32 lo, m, 16; and.b32 hi, m, 4294901760; abs.f32 lo, lo; abs.f32 hi, hi; max.f32 $0, lo, hi;",
+        ]
+    else:
+        raise ValueError(f"FP4CONVERT_BF16_AMAX={way!r}: expected mask or xorsign")
+    return "{\n" + "\n".join(body) + "\n}"
+
+
+_BF16_AMAX_PTX = tl.constexpr(bf16_amax_ptx(_BF16_AMAX))
+
+
 @triton.jit
 def _bf16_amax(w0, w1, w2, w3):
-    """max |x| of the eight bf16 in four words (float32), NaN ignored (all NaN: NaN), as PTX:
-    ``max.bf16x2`` of the words with their sign bits cleared, two values per instruction, then the
-    larger half. (Written as float32 maxima of the unpacked values, ptxas clears each sign with an
-    integer mask instead of folding ``abs`` into the maximum: two instructions per value.)"""
-    return tl.inline_asm_elementwise(
-        """{
-        .reg .b32 a<4>, m, lo, hi;
-        and.b32 a0, $1, 2147450879; and.b32 a1, $2, 2147450879; and.b32 a2, $3, 2147450879; and.b32 a3, $4, 2147450879;
-        max.bf16x2 a0, a0, a1; max.bf16x2 a2, a2, a3; max.bf16x2 m, a0, a2;
-        shl.b32 lo, m, 16; and.b32 hi, m, 4294901760; max.f32 $0, lo, hi;
-        }""",
-        "=f,r,r,r,r", [w0, w1, w2, w3], dtype=tl.float32, is_pure=True, pack=1,
-    )  # fmt: skip
+    """max |x| of the eight bf16 in four words (float32), NaN ignored (all NaN: NaN), as PTX
+    (:func:`bf16_amax_ptx`): ``max.bf16x2``, two values per instruction, then the larger half.
+    (Written as float32 maxima of the unpacked values, ptxas clears each sign with an integer mask
+    instead of folding ``abs`` into the maximum: two instructions per value.)"""
+    return _bf16_amax_as(w0, w1, w2, w3, _BF16_AMAX_PTX)
+
+
+@triton.jit
+def _bf16_amax_as(w0, w1, w2, w3, PTX: tl.constexpr):
+    """``_bf16_amax`` by the PTX given (:func:`bf16_amax_ptx`: tests check each way)."""
+    return tl.inline_asm_elementwise(PTX, "=f,r,r,r,r", [w0, w1, w2, w3], dtype=tl.float32, is_pure=True, pack=1)
 
 
 #: how ``_e2m1_word`` gathers the eight code magnitudes into one word (``FP4CONVERT_E2M1_PACK``, read

@@ -312,7 +312,7 @@ def test_one_add_e2m1_rounding_equals_the_thresholds_on_every_float32(signed_zer
 
 
 @triton.jit
-def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr, PTX: tl.constexpr):
+def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr, PTX: tl.constexpr, AMAX_PTX: tl.constexpr):
     """Program k, lane i: the eight bf16 ``(i + 8191 j) mod 2^16`` (j = 0..7, so every pattern comes
     at every position) as four words, times ``enc[k // (65536 / BLOCK)]``: how many words of codes
     from ``_e2m1_word`` differ from the specification's ``_triton._e2m1_code`` (``out[0]``), and how
@@ -340,22 +340,24 @@ def _bf16_word_disagreements(out_ptr, enc_ptr, BLOCK: tl.constexpr, PTX: tl.cons
         want = want | (_triton._e2m1_code(x * enc, True).to(tl.uint32) << (4 * j))
         best = tl.where(x == x, tl.maximum(best, tl.abs(x)), best)
     got = ts._e2m1_word_as(w0, w1, w2, w3, enc, PTX)
-    amax = ts._bf16_amax(w0, w1, w2, w3)
+    amax = ts._bf16_amax_as(w0, w1, w2, w3, AMAX_PTX)
     same = amax.to(tl.uint32, bitcast=True) == best.to(tl.uint32, bitcast=True)
     amax_wrong = tl.where(best < 0.0, amax == amax, ~same)
     tl.atomic_add(out_ptr, tl.sum((got != want).to(tl.int64)))
     tl.atomic_add(out_ptr + 1, tl.sum(amax_wrong.to(tl.int64)))
 
 
+@pytest.mark.parametrize("amax_way", ["mask", "xorsign"])
 @pytest.mark.parametrize("pack", ["shift", "horner", "horner-hi"])
-def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16(pack):
+def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16(pack, amax_way):
     # By default (FP4CONVERT_BF16_WORDS=0 turns it off) the te kernels on sm_89+ read bf16 as 32-bit words:
     # block amaxes by max.bf16x2, codes by the PTX of _e2m1_word (signs from the products' sign bits: a NaN product
     # is the canonical, positive NaN). Both functions, called directly whatever the variable says:
     # every bf16 pattern at each of the eight positions of a word group, times encode factors from
     # subnormal to FLT_MAX (normals, subnormals, ties, saturation, inf, NaN of either sign, -0). The
     # kernels' bytes with the path on: the other tests here (it is on by default). Each way of gathering
-    # the codes (FP4CONVERT_E2M1_PACK), whatever the variable says.
+    # the codes (FP4CONVERT_E2M1_PACK) and of clearing the signs for the maxima (FP4CONVERT_BF16_AMAX),
+    # whatever the variables say.
     if not ts.has_e4m3_instruction(torch.device("cuda")):
         pytest.skip("the word path runs on compute capability 8.9 and later")
     tiny = torch.finfo(torch.float32).tiny
@@ -363,10 +365,45 @@ def test_bf16_word_rounding_and_amax_equal_the_specification_on_every_bf16(pack)
     enc = torch.tensor(encs, dtype=torch.float32, device="cuda")
     out = torch.zeros(2, dtype=torch.int64, device="cuda")
     block = 1024
-    ptx = ts.e2m1_word_ptx(pack)
-    _bf16_word_disagreements[(len(encs) * 65536 // block,)](out, enc, BLOCK=block, PTX=ptx, enable_fp_fusion=False)
+    ptx, amax_ptx = ts.e2m1_word_ptx(pack), ts.bf16_amax_ptx(amax_way)
+    grid = (len(encs) * 65536 // block,)
+    _bf16_word_disagreements[grid](out, enc, BLOCK=block, PTX=ptx, AMAX_PTX=amax_ptx, enable_fp_fusion=False)
     wrong_words, wrong_amax = out.tolist()
     assert (wrong_words, wrong_amax) == (0, 0), f"{wrong_words} code words and {wrong_amax} maxima differ"
+
+
+@triton.jit
+def _bf16_amax_of_words(words_ptr, out_ptr, BLOCK: tl.constexpr, AMAX_PTX: tl.constexpr):
+    """``_bf16_amax`` of each row of four words (``words[i, 0:4]``) into ``out[i]``."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    w0, w1, w2, w3 = (tl.load(words_ptr + i * 4), tl.load(words_ptr + i * 4 + 1), tl.load(words_ptr + i * 4 + 2),
+                      tl.load(words_ptr + i * 4 + 3))  # fmt: skip
+    tl.store(out_ptr + i, ts._bf16_amax_as(w0, w1, w2, w3, AMAX_PTX))
+
+
+@pytest.mark.parametrize("amax_way", ["mask", "xorsign"])
+def test_bf16_word_amax_with_nan_in_both_halves_of_a_word(amax_way):
+    # The exhaustive test above never puts NaN in two lanes that one maximum compares. Here eight bf16
+    # drawn from NaN of both signs and payloads, infinities, zeros of both signs, subnormals and
+    # normals, every group of eight NaN included: the maximum of the non-NaN |x| (NaN when all are NaN).
+    if not ts.has_e4m3_instruction(torch.device("cuda")):
+        pytest.skip("the word path runs on compute capability 8.9 and later")
+    pool = torch.tensor([0x7FC0, 0xFFC0, 0x7F81, 0xFFFF, 0x0000, 0x8000, 0x3F80, 0xC000, 0x7F80, 0xFF80,
+                         0x7F7F, 0x0001, 0x8001], dtype=torch.int32)  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    groups = 1 << 16
+    bits = pool[torch.randint(len(pool), (groups, 8), generator=generator)]
+    bits[: len(pool) * 4] = pool[torch.randint(4, (len(pool) * 4, 8), generator=generator)]  # NaN only
+    values = (bits << 16).view(torch.float32)
+    magnitudes = torch.where(values.isnan(), -1.0, values.abs()).amax(dim=1)
+    want = torch.where(magnitudes < 0, 0.0, magnitudes)
+    words = (bits[:, 0::2] | (bits[:, 1::2] << 16)).cuda()
+    out = torch.empty(groups, dtype=torch.float32, device="cuda")
+    block = 256
+    _bf16_amax_of_words[(groups // block,)](words, out, BLOCK=block, AMAX_PTX=ts.bf16_amax_ptx(amax_way))
+    got = out.cpu()
+    assert torch.equal(got.isnan(), magnitudes < 0)
+    assert_bytes_equal(torch.where(got.isnan(), 0.0, got), want)
 
 
 @pytest.mark.parametrize("profile", ["te", "te-2.13", "modelopt", "te-4over6-mse-256"])
