@@ -5,7 +5,8 @@
 # instructions), horner:xorsign:1 (the next column step read ahead: off since stop 37 on an H100's
 # figures; meant for the H200's latency-bound pass). (2) Every GPU test of tests/formats and
 # tests/megatron with the defaults (the word-path tests try every way). (3) The 48-layer sync rows
-# with kernel rows. Everything also goes to $OUT/run.txt. NO_TESTS: skip (2); NO_SYNC: skip (3).
+# with kernel rows. Everything also goes to $OUT/run.txt. NO_TESTS: skip (2); TESTS_K: only the tests
+# pytest -k selects; NO_SYNC: skip (3).
 exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader; nproc
 P="python3 -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q"
@@ -17,5 +18,5 @@ for i in $(seq ${ROUNDS:-2}); do
       timeout 40 python3 bench/device/nvfp4_ab.py | grep -v modelopt
   done
 done
-[ -z "$NO_TESTS" ] && { echo "== every GPU test"; timeout 170 $P -m gpu tests/formats tests/megatron -n 12 -rfE 2>&1 | tail -3; }
+[ -z "$NO_TESTS" ] && { echo "== every GPU test"; timeout 170 $P -m gpu tests/formats tests/megatron -n 12 -rfE ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tail -3; }
 [ -z "$NO_SYNC" ] && SYNC_TIMEOUT=200 bash bench/device/sync_rows.sh defaults
