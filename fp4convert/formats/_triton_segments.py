@@ -481,8 +481,8 @@ def _nvfp4_load(
 def _step_origin(step, col_steps, BR: tl.constexpr, BC: tl.constexpr):
     """Rows and first column of step ``step`` of a matrix cut into ``BR`` x ``BC`` steps, row-major
     (the persistent kernels' steps)."""
-    q = tl.cast(step, tl.uint32) // tl.cast(col_steps, tl.uint32)  # both >= 0: unsigned, no sign fix-ups
-    return tl.cast(q, tl.int32) * BR + tl.arange(0, BR), (step - tl.cast(q, tl.int32) * col_steps) * BC
+    q = tl.cast(tl.cast(step, tl.uint32) // tl.cast(col_steps, tl.uint32), tl.int32)  # both >= 0: no sign fix-ups
+    return q * BR + tl.arange(0, BR), (step - q * col_steps) * BC
 
 
 @triton.jit
