@@ -304,7 +304,7 @@ def _nvfp4_block_scales(amax, sdec, mult, PROFILE: tl.constexpr, HW: tl.constexp
 #: ignored as before; tests/formats/test_cuda.py checks every bf16 in every position and NaN in both
 #: lanes), 12 fewer instructions a step of the persistent loop, all of them on the ALU pipe
 #: (bench/kernel_sass.py). Those tests passed on an H200 with both ways, which timed the same there
-#: (50.6 against 51.2 us, amax + quantize 79.9 against 79.8 us: bench/results/nvfp4-ab-h200-stop42.txt;
+#: (te 1x16: mask 50.6 us, xorsign 51.2; amax + quantize 79.9 and 79.8: bench/results/nvfp4-ab-h200-stop42.txt;
 #: the pass waits on memory, not on the ALU), so the default stays the plainer ``mask``.
 BF16_AMAX_BY_DEFAULT = "mask"
 _BF16_AMAX = os.environ.get("FP4CONVERT_BF16_AMAX", BF16_AMAX_BY_DEFAULT)
