@@ -1,21 +1,25 @@
 """Where a constructed LiveExporter's (and ExportValidator's) first call spends its time on the GPU (issue 15).
 
-Builds the 48-layer Qwen3-30B-A3B master on the GPU (bench/live_sync.py's), runs export_hf once
-(kernels compiled, plan cached), then constructs a new exporter for a config the plan cache has not
-seen and profiles its first call with cProfile (CUDA synchronised at the end), then the same for
-a new validator. Prints the top functions by cumulative and by own time, the second call's time,
-and the top functions of a steady call by own time.
+Builds the Qwen3-30B-A3B master on the GPU (bench/live_sync.py's), runs export_hf once (kernels
+compiled, plan cached), then constructs a new exporter for a config the plan cache has not seen,
+with its output buffers made at construction (``device=``, live_sync.py's "buffers made at
+construction" row), and profiles its first call with cProfile: the host's time until the call
+returns, until the GPU is done, the Triton compilations it triggered, the top functions by
+cumulative and by own time. Then the same for an exporter issuing kernel by kernel (its steady
+eager call, what a first call cannot beat without a graph), and for a new validator.
 Usage: python bench/device/first_call_profile.py [LAYERS]
 """
 
 from __future__ import annotations
 
 import cProfile
+import gc
 import pstats
 import sys
 import time
 
 import torch
+from triton.runtime.jit import JITFunction
 
 sys.path.insert(0, "bench")
 from live_sync import _master
@@ -24,6 +28,20 @@ from fp4convert import export_hf
 from fp4convert.megatron.sync import LiveExporter
 from fp4convert.megatron.validate import ExportValidator
 
+compiles: list[tuple[str, float]] = []
+_do_compile = JITFunction._do_compile
+
+
+def _counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    try:
+        return _do_compile(self, *args, **kwargs)
+    finally:
+        compiles.append((self.fn.__name__, time.perf_counter() - started))
+
+
+JITFunction._do_compile = _counted  # type: ignore[method-assign]
+
 layers = int(sys.argv[1]) if len(sys.argv) > 1 else 48
 config, master = _master(layers, "cuda", 0, 128)
 kwargs = {"contract": "nvfp4-experts-per-token", "family": "qwen3_moe", "config": config, "dialect": "modelopt"}
@@ -31,34 +49,75 @@ update = dict(export_hf(master.items(), **kwargs))
 torch.cuda.synchronize()
 
 
-def profile(label: str, fn) -> None:
+def call(label: str, fn, top: int = 24) -> None:
+    compiles.clear()
     profiler = cProfile.Profile()
     started = time.perf_counter()
     profiler.enable()
     fn()
+    returned = time.perf_counter() - started
     torch.cuda.synchronize()
     profiler.disable()
-    first = time.perf_counter() - started
-    started = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    steady = time.perf_counter() - started
-    print(f"== {label}: first call {first:.3f} s (under cProfile), second {steady:.3f} s", flush=True)
+    done = time.perf_counter() - started
+    print(f"== {label}: returned after {returned * 1e3:.1f} ms, GPU done {done * 1e3:.1f} ms (under cProfile); "
+          f"{len(compiles)} Triton compilations {sum(s for _, s in compiles) * 1e3:.1f} ms "
+          f"{sorted({n for n, _ in compiles})}", flush=True)  # fmt: skip
     stats = pstats.Stats(profiler)
-    stats.sort_stats("cumulative").print_stats(28)
-    stats.sort_stats("tottime").print_stats(16)
-    profiler = cProfile.Profile()
-    profiler.enable()
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+
+
+def timed(label: str, fn) -> None:
+    started = time.perf_counter()
     fn()
+    returned = time.perf_counter() - started
     torch.cuda.synchronize()
-    profiler.disable()
-    print(f"== {label}: a steady call under cProfile", flush=True)
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(16)
+    done = time.perf_counter() - started
+    print(f"== {label}: returned after {returned * 1e3:.1f} ms, GPU done {done * 1e3:.1f} ms",
+          flush=True)  # fmt: skip
 
 
-fresh = {**config, "bench_nonce": time.time_ns()}
-exporter = LiveExporter(contract=kwargs["contract"], config=fresh, dialect="modelopt")
-profile("constructed LiveExporter", lambda: exporter(master.items()))
-exporter = None
-validator = ExportValidator(contract=kwargs["contract"], config={**fresh, "n2": 1}, dialect="modelopt")
-profile("constructed ExportValidator", lambda: validator(update, master))
+def fresh(**more):  # type: ignore[no-untyped-def]
+    return {**config, "bench_nonce": time.time_ns(), **more}
+
+
+def new_exporter(**more):  # type: ignore[no-untyped-def]
+    made = LiveExporter(contract=kwargs["contract"], config=fresh(), dialect="modelopt", device="cuda", **more)
+    torch.cuda.synchronize()
+    return made
+
+
+def new_validator(n: int, **more):  # type: ignore[no-untyped-def]
+    return ExportValidator(contract=kwargs["contract"], config=fresh(n2=n), dialect="modelopt", **more)
+
+
+def exporter_rows() -> None:
+    # without cProfile first: the row's own figure, then the same under the profiler
+    exporter = new_exporter()
+    timed("exporter (buffers at construction), first call", lambda: exporter(master.items()))
+    for i in range(3):
+        timed(f"  its call {i + 2}", lambda: exporter(master.items()))
+    profiled = new_exporter()
+    call("exporter (buffers at construction), first call", lambda: profiled(master.items()))
+    eager = new_exporter(cuda_graphs=False)
+    eager(master.items())
+    torch.cuda.synchronize()
+    call("exporter without graphs, a steady (eager) call", lambda: eager(master.items()))
+
+
+def validator_rows() -> None:
+    validator = new_validator(1)
+    timed("constructed validator, first call", lambda: validator(update, master))
+    for i in range(3):
+        timed(f"  its call {i + 2}", lambda: validator(update, master))
+    profiled = new_validator(2)
+    call("constructed validator, first call", lambda: profiled(update, master))
+    eager = new_validator(3, cuda_graphs=False)
+    eager(update, master)
+    torch.cuda.synchronize()
+    call("validator without graphs, a steady (eager) call", lambda: eager(update, master))
+
+
+exporter_rows()
+gc.collect()
+validator_rows()

@@ -22,6 +22,7 @@ import os
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from fp4convert.formats.spec import KERNEL_BLOCK_ROWS as BLOCK_ROWS
 
@@ -75,6 +76,20 @@ _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAU
 #: (bench/results/nvfp4-ab-h100-stop37.txt). ``FP4CONVERT_PREFETCH=1`` (read once, at import) turns it on.
 PREFETCH_BY_DEFAULT = False
 _PREFETCH = os.environ.get("FP4CONVERT_PREFETCH", "1" if PREFETCH_BY_DEFAULT else "0") == "1"
+#: stop 43's A/B knobs for the tensor-scope amax + quantize pair (read once, at import; off by default):
+#: ``FP4CONVERT_PDL`` 1 launches the quantize kernel as a programmatic dependent launch (it waits for
+#: the amax pass in its first instruction, so its launch overlaps that pass's tail), 2 also the amax
+#: pass after its zero fill (waiting for the fill only before its atomic max);
+#: ``FP4CONVERT_L2_KEEP_MB`` the amax pass reads its last that many MiB with L2 evict_last (what the
+#: reversed quantize pass reads first); ``FP4CONVERT_IN_POLICY`` / ``FP4CONVERT_OUT_POLICY`` the
+#: quantize pass's load / store eviction policy ("evict_first", "evict_last")
+_PDL = int(os.environ.get("FP4CONVERT_PDL", "0"))
+_L2_KEEP = int(os.environ.get("FP4CONVERT_L2_KEEP_MB", "0")) << 20
+_IN_POLICY = os.environ.get("FP4CONVERT_IN_POLICY", "")
+_OUT_POLICY = os.environ.get("FP4CONVERT_OUT_POLICY", "")
+_STAGES = int(os.environ.get("FP4CONVERT_STAGES", "1"))
+_AMAX_STAGES = int(os.environ.get("FP4CONVERT_AMAX_STAGES", "1"))
+_SEG_STAGES = int(os.environ.get("FP4CONVERT_SEG_STAGES", "1"))
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
 #: each takes several steps, an uneven share included
 INTERPRETED_PROGRAMS = 3
@@ -444,17 +459,17 @@ def _nvfp4_rows(
     (``_bf16_amax``, ``_e2m1_word``). ``VERIFY`` compares with the bytes already at the outputs
     instead of writing them; returns, per block, whether its data words and its scale byte differ
     (int32 0/1 ``[BR, BC // 16]``; zeros when writing)."""
-    v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
+    v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, WORDS, "")
     return _nvfp4_encode(
         v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC, VERIFY,
-        HW, WORDS,
+        HW, WORDS, "",
     )  # fmt: skip
 
 
 @triton.jit
 def _nvfp4_load(
     src, ld, r, rmask, cols, c0,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BC: tl.constexpr, WORDS: tl.constexpr,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BC: tl.constexpr, WORDS: tl.constexpr, POLICY: tl.constexpr,
 ):  # fmt: skip
     """Columns ``[c0, c0 + BC)`` of rows ``r`` of ``src`` as ``_nvfp4_encode`` takes them: [rows,
     blocks, half, 4] 32-bit words of bf16 pairs (``WORDS``), else [rows, blocks, half, 8] values
@@ -472,9 +487,12 @@ def _nvfp4_load(
         col = blk[None, :, None, None] * 16 + h[None, None, :, None] * 8 + j[None, None, None, :]
         ptrs = src + r.to(tl.int64)[:, None, None, None] * ld + col  # 64-bit: tensors past 2^31 elements
     if EVEN_R and EVEN_C:
-        v = tl.load(ptrs)
+        v = tl.load(ptrs, eviction_policy=POLICY)
     else:
-        v = tl.load(ptrs, mask=rmask[:, None, None, None] & (blk < cols // 16)[None, :, None, None], other=0)
+        v = tl.load(
+            ptrs, mask=rmask[:, None, None, None] & (blk < cols // 16)[None, :, None, None], other=0,
+            eviction_policy=POLICY,
+        )  # fmt: skip
     return v
 
 
@@ -491,6 +509,7 @@ def _nvfp4_encode(
     v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0,
     PROFILE: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, VERIFY: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr,
+    POLICY: tl.constexpr,
 ):  # fmt: skip
     """``_nvfp4_rows`` of the values ``_nvfp4_load`` read (a separate step so that a loop can read
     its next step's values before it encodes these)."""
@@ -533,12 +552,12 @@ def _nvfp4_encode(
         block_s = bad_s.to(tl.int32)
     else:
         if EVEN_R and EVEN_C:
-            tl.store(sptr, sf.to(tl.uint8))
-            tl.store(wptr, words)
+            tl.store(sptr, sf.to(tl.uint8), eviction_policy=POLICY)
+            tl.store(wptr, words, eviction_policy=POLICY)
         else:
             m2 = rmask[:, None] & (blk < nblocks)[None, :]
-            tl.store(sptr, sf.to(tl.uint8), mask=m2)
-            tl.store(wptr, words, mask=m2[:, :, None])
+            tl.store(sptr, sf.to(tl.uint8), mask=m2, eviction_policy=POLICY)
+            tl.store(wptr, words, mask=m2[:, :, None], eviction_policy=POLICY)
         block_w = tl.zeros((BR, NB), dtype=tl.int32)
         block_s = block_w
     return block_w, block_s
@@ -549,7 +568,7 @@ def _nvfp4_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols, bad_ptr,
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
     EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, VERIFY: tl.constexpr,
-    HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
+    HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
     """One ``(segment, first row)`` block per program, and one span of ``CH`` column steps (``CH``
     0: the whole row, as grouped launches run); the segment's unit amax gives its scales.
@@ -573,16 +592,16 @@ def _nvfp4_seg_kernel(
         bad_w = tl.zeros((BR, BC // 16), dtype=tl.int32)
         bad_s = tl.zeros((BR, BC // 16), dtype=tl.int32)
         if PREFETCH:
-            v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, WORDS)
-        for c0 in range(0, cols, BC):
+            v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, WORDS, "")
+        for c0 in tl.range(0, cols, BC, num_stages=STAGES):
             if PREFETCH:
                 c1 = c0 + BC * (c0 + BC < cols)  # past the last step: this step again
-                ahead = _nvfp4_load(src, ld, r, rmask, cols, c1, EVEN_R, EVEN_C, BC, WORDS)
+                ahead = _nvfp4_load(src, ld, r, rmask, cols, c1, EVEN_R, EVEN_C, BC, WORDS, "")
             else:
-                v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
+                v = _nvfp4_load(src, ld, r, rmask, cols, c0, EVEN_R, EVEN_C, BC, WORDS, "")
             w, sc = _nvfp4_encode(
                 v, rmask, orow, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
-                VERIFY, HW, WORDS,
+                VERIFY, HW, WORDS, "",
             )  # fmt: skip
             bad_w = tl.maximum(bad_w, w)
             bad_s = tl.maximum(bad_s, sc)
@@ -635,6 +654,7 @@ def _nvfp4_tensor_kernel(
     x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, nprog,
     PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
+    PDL: tl.constexpr, IN_POLICY: tl.constexpr, OUT_POLICY: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
     """One matrix under the one outer amax ``amax[0]``, persistent: ``nprog`` programs (the grid, at
     most one per step; ``nprog`` is not specialized, so the kernel measured for its occupancy is the
@@ -643,23 +663,25 @@ def _nvfp4_tensor_kernel(
     ``PREFETCH``: a program issues its next step's loads before it encodes this step's values, so
     its warps wait on memory while they compute rather than after (its last step reads its own
     values again, which the L1 cache holds). ``WORDS``: :func:`word_path`."""
+    if PDL:  # launched before the amax pass ended: nothing it wrote is read before this
+        gdc_wait()
     col_steps = tl.cdiv(cols, BC)
     n = tl.cdiv(rows, BR) * col_steps
     sdec, mult = _outer(tl.load(amax_ptr + tl.zeros((BR,), tl.int32))[:, None], PROFILE, GMAX)
     if PREFETCH:
         r, c0 = _step_origin(n - 1 - tl.program_id(0), col_steps, BR, BC)
-        v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
-    for t in range(tl.program_id(0), n, nprog):
+        v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS, IN_POLICY)
+    for t in tl.range(tl.program_id(0), n, nprog, num_stages=STAGES):
         r, c0 = _step_origin(n - 1 - t, col_steps, BR, BC)
         if PREFETCH:
             nxt = t + nprog * (t + nprog < n)  # past the last step: this step again
             rn, cn = _step_origin(n - 1 - nxt, col_steps, BR, BC)
-            ahead = _nvfp4_load(x_ptr, ld, rn, rn < rows, cols, cn, EVEN_R, EVEN_C, BC, WORDS)
+            ahead = _nvfp4_load(x_ptr, ld, rn, rn < rows, cols, cn, EVEN_R, EVEN_C, BC, WORDS, IN_POLICY)
         else:
-            v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS)
+            v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS, IN_POLICY)
         _nvfp4_encode(
             v, r < rows, r, sdec, mult, data_ptr, scale_ptr, cols, c0, PROFILE, TILE16, EVEN_R, EVEN_C, BR, BC,
-            False, HW, WORDS,
+            False, HW, WORDS, OUT_POLICY,
         )  # fmt: skip
         if PREFETCH:
             v = ahead
@@ -826,8 +848,9 @@ def _amax_seg_kernel(
 
 @triton.jit(do_not_specialize=["nprog"])
 def _amax_dense_kernel(
-    x_ptr, ld, rows, out_ptr, cols, nprog,
-    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    x_ptr, ld, rows, out_ptr, keep_from, cols, nprog,
+    EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, KEEP: tl.constexpr,
+    PDL: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
     """One matrix's amax into ``out[0]`` (int32 bits), persistent: ``nprog`` programs (as
     ``_nvfp4_tensor_kernel``), each taking steps of ``BR`` rows x ``BC`` columns ``nprog`` apart,
@@ -836,16 +859,25 @@ def _amax_dense_kernel(
     n = tl.cdiv(rows, BR) * col_steps
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
-    for t in range(tl.program_id(0), n, nprog):
+    for t in tl.range(tl.program_id(0), n, nprog, num_stages=STAGES):
         r, c0 = _step_origin(t, col_steps, BR, BC)
         col = c0 + c
         ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + col[None, :]
-        if EVEN_R and EVEN_C:
+        if KEEP and t >= keep_from:  # the steps the reversed quantize pass reads first: kept in L2
+            if EVEN_R and EVEN_C:
+                x = tl.load(ptrs, eviction_policy="evict_last").to(tl.float32)
+            else:
+                x = tl.load(
+                    ptrs, mask=(r < rows)[:, None] & (col < cols)[None, :], other=0.0, eviction_policy="evict_last"
+                ).to(tl.float32)
+        elif EVEN_R and EVEN_C:
             x = tl.load(ptrs).to(tl.float32)
         else:
             x = tl.load(ptrs, mask=(r < rows)[:, None] & (col < cols)[None, :], other=0.0).to(tl.float32)
         acc = tl.maximum(acc, tl.abs(x))  # max skips NaN; the accumulator starts at 0
     best = tl.max(tl.max(acc, axis=1), axis=0)
+    if PDL:  # launched before the zero fill of out ended
+        gdc_wait()
     tl.atomic_max(out_ptr, best.to(tl.int32, bitcast=True))
 
 
@@ -875,8 +907,20 @@ def tensor_amax(x2d):
     out = torch.zeros(1, dtype=torch.int32, device=x2d.device)
     if rows and cols:
         bc = launch_shape(cols, 16)
-        constexprs = dict(EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0, BR=BLOCK_ROWS, BC=bc)
-        launch_persistent(_amax_dense_kernel, (x2d, x2d.stride(0), rows, out, cols), constexprs, x2d.device)
+        steps = triton.cdiv(rows, BLOCK_ROWS) * triton.cdiv(cols, bc)
+        keep = min(steps, _L2_KEEP // (BLOCK_ROWS * bc * x2d.element_size()))
+        pdl = _PDL >= 2 and _pdl_on(x2d.device)
+        constexprs = dict(
+            EVEN_R=rows % BLOCK_ROWS == 0,
+            EVEN_C=cols % bc == 0,
+            BR=BLOCK_ROWS,
+            BC=bc,
+            KEEP=keep > 0,
+            PDL=pdl,
+            STAGES=_AMAX_STAGES,
+        )
+        args = (x2d, x2d.stride(0), rows, out, steps - keep, cols)
+        launch_persistent(_amax_dense_kernel, args, constexprs, x2d.device, pdl=pdl)
     return out.view(torch.float32).reshape(())
 
 
@@ -893,12 +937,14 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
     hw = hardware_e4m3(x2d.device)
     words = word_path(_bf16_words(x2d), hw, code)
     if rows and cols and _PERSISTENT and unit_rows >= rows:
+        pdl = _PDL >= 1 and _pdl_on(x2d.device)
         constexprs = dict(
             PROFILE=code, GMAX=gmax, TILE16=tile16, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
-            BR=BLOCK_ROWS, BC=bc, HW=hw, WORDS=words, PREFETCH=_PREFETCH,
+            BR=BLOCK_ROWS, BC=bc, HW=hw, WORDS=words, PREFETCH=_PREFETCH, PDL=pdl, IN_POLICY=_IN_POLICY,
+            OUT_POLICY=_OUT_POLICY, STAGES=_STAGES,
         )  # fmt: skip
         args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
-        launch_persistent(_nvfp4_tensor_kernel, args, constexprs, x2d.device)
+        launch_persistent(_nvfp4_tensor_kernel, args, constexprs, x2d.device, pdl=pdl)
     elif rows and cols:
         steps = nvfp4_steps(rows, cols, bc)
         _nvfp4_dense_kernel[(triton.cdiv(rows, BLOCK_ROWS), spans(cols, bc, steps))](
@@ -912,7 +958,14 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
 _RESIDENT: dict[tuple, int] = {}
 
 
-def launch_persistent(kernel, args: tuple, constexprs: dict, device) -> None:
+def _pdl_on(device) -> bool:
+    """Whether kernels on ``device`` can be programmatic dependent launches (sm_90+, compiled)."""
+    import torch
+
+    return device.type == "cuda" and not _INTERPRETED and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
+def launch_persistent(kernel, args: tuple, constexprs: dict, device, pdl: bool = False) -> None:
     """Launch a persistent ``kernel`` over one matrix (``args[2]`` rows, ``args[-1]`` columns; its
     last argument the grid's size) in steps of ``BR`` x ``BC``: as many programs as all SMs of
     ``device`` hold at once (:func:`programs_per_sm` of the compiled kernel, counted once per kernel,
@@ -925,12 +978,12 @@ def launch_persistent(kernel, args: tuple, constexprs: dict, device) -> None:
     else:
         key = (kernel, device.index, *constexprs.values())  # the callers build the dict in one order
         if key not in _RESIDENT:
-            compiled = kernel.warmup(*args, 1, **constexprs, grid=(1,), enable_fp_fusion=False)
+            compiled = kernel.warmup(*args, 1, **constexprs, grid=(1,), enable_fp_fusion=False, launch_pdl=pdl)
             sms = torch.cuda.get_device_properties(device).multi_processor_count
             _RESIDENT[key] = programs_per_sm(compiled, device) * sms
         resident = _RESIDENT[key]
     programs = min(steps, resident)
-    kernel[(programs,)](*args, programs, **constexprs, enable_fp_fusion=False)
+    kernel[(programs,)](*args, programs, **constexprs, enable_fp_fusion=False, launch_pdl=pdl)
 
 
 def programs_per_sm(compiled, device) -> int:

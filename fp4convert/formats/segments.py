@@ -18,12 +18,14 @@ profiles gather the group into one matrix and use the per-row kernels.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 
@@ -122,9 +124,19 @@ class SegmentLayout:
             self._device[key] = {"row_unit": upload([rows], device)[0]}
         return self._device[key]["row_unit"]
 
+    @functools.cached_property
+    def shapes(self) -> list[torch.Size]:
+        """Each segment's ``(rows, cols)``, as its bound tensor's ``shape`` compares."""
+        return [torch.Size((rows, self.cols)) for rows in self.rows]
+
     @property
     def even_rows(self) -> bool:
         return all(r % BLOCK_ROWS == 0 for r in self.rows)
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_DEVICE = operator.attrgetter("device")
 
 
 #: the layouts in use, by (cols, rows, units): :meth:`SegmentLayout.of` hands out one object per key
@@ -175,6 +187,26 @@ class Sources:
         layout = self.layout
         if len(tensors) != len(layout.rows):
             raise FormatError(f"{len(tensors)} tensors for a group of {len(layout.rows)} segments")
+        if not self._fits(tensors):
+            self._refuse(tensors)
+        self.tensors = list(tensors)
+        return self
+
+    def _fits(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether every tensor fits its segment, in C-level passes (a first sync binds ~12k
+        tensors; :meth:`_refuse` names the first that does not)."""
+        first = tensors[0]
+        shapes = self.layout.shapes
+        return (
+            list(map(_SHAPE, tensors)) == shapes  # 2-D, rows and columns as laid out
+            and set(map(torch.Tensor.stride, tensors, itertools.repeat(-1, len(tensors)))) == {1}
+            and set(map(_DTYPE, tensors)) == {first.dtype}
+            and set(map(_DEVICE, tensors)) == {first.device}
+        )
+
+    def _refuse(self, tensors: Sequence[torch.Tensor]) -> NoReturn:
+        """Raise the :class:`FormatError` naming the first tensor that does not fit."""
+        layout = self.layout
         first = tensors[0]
         for t, rows in zip(tensors, layout.rows, strict=True):
             if t.dim() != 2 or t.shape[0] != rows or t.shape[1] != layout.cols or t.stride(1) != 1:
@@ -186,8 +218,7 @@ class Sources:
                 )
             if t.dtype != first.dtype or t.device != first.device:
                 raise FormatError("the tensors of one group must share dtype and device", found=str(t.dtype))
-        self.tensors = list(tensors)
-        return self
+        raise AssertionError("_fits refused tensors that _refuse finds nothing wrong with")
 
     @property
     def device(self) -> torch.device:
@@ -370,7 +401,7 @@ def _launch_nvfp4(
         PROFILE=code, GMAX=spec.global_max, TILE16=tile == "16x16", EVEN_R=layout.even_rows,
         EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=0, VERIFY=bad is not None, HW=hw,
         WORDS=ts.word_path(sources.dtype == torch.bfloat16, hw, code),  # type: ignore[attr-defined]
-        PREFETCH=ts._PREFETCH, enable_fp_fusion=False,  # type: ignore[attr-defined]
+        PREFETCH=ts._PREFETCH, STAGES=ts._SEG_STAGES, enable_fp_fusion=False,  # type: ignore[attr-defined]
     )  # fmt: skip
 
 

@@ -137,6 +137,8 @@ def check_master_tensor(key: str, tensor: torch.Tensor) -> None:
         ...
         fp4convert.errors.MappingError: master tensor `w` is I8, not BF16, F16 or F32; pass the learner's ...
     """
+    if tensor.dtype in MASTER_TORCH_DTYPES and not tensor.is_meta:  # the usual case: no name looked up
+        return
     dtype = meta_dtype(tensor.dtype)
     if dtype not in MASTER_DTYPES:
         problem = f"is {dtype}, not {MASTER_DTYPES_PHRASE}"
