@@ -31,7 +31,17 @@ from fp4convert.megatron.plan import ExportPlan
 from fp4convert.megatron.resolve import Piece
 from fp4convert.plan import PlannedTensor
 
-__all__ = ["MXFP8_COLUMNS", "NVFP4_COLUMNS", "Batch", "Step", "mismatches", "plan_steps", "prepare", "unit_of"]
+__all__ = [
+    "MXFP8_COLUMNS",
+    "NVFP4_COLUMNS",
+    "Batch",
+    "Step",
+    "lay_out",
+    "mismatches",
+    "plan_steps",
+    "prepare",
+    "unit_of",
+]
 
 #: what each column of a batch's mismatch counts checks, per format
 NVFP4_COLUMNS = ("data", "scale", "global", "shared")
@@ -59,6 +69,7 @@ class Batch:
 
     def __post_init__(self) -> None:
         self.names = [item.info.name for item in self.items]  # what the master's pieces are looked up by
+        self._host_index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def item_units(self) -> list[int]:
         ids: dict[str, int] = {}
@@ -69,12 +80,22 @@ class Batch:
         item of each item's unit, and how many units."""
         key = str(device)
         if key not in self.index:
-            item_unit = self.item_units()
-            count = max(item_unit) + 1
-            first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
-            on_device = upload([torch.tensor(item_unit), torch.tensor([first[u] for u in item_unit])], device)
-            self.index[key] = (on_device[0], on_device[1], torch.tensor(count))
+            item_unit, item_first, count = self.host_index()
+            on_device = upload([item_unit, item_first], device)
+            self.index[key] = (on_device[0], on_device[1], count)
         return self.index[key]
+
+    def host_index(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`on`'s tables on the host (built once: a validator builds them at construction)."""
+        if self._host_index is None:
+            item_unit = self.item_units()
+            first = {u: i for i, u in reversed(list(enumerate(item_unit)))}
+            self._host_index = (
+                torch.tensor(item_unit),
+                torch.tensor([first[u] for u in item_unit]),
+                torch.tensor(max(item_unit) + 1),
+            )
+        return self._host_index
 
     def per_row(self, what: str, device: torch.device) -> torch.Tensor:
         """Each master row's ``"item"`` or ``"unit"`` (int64 on ``device``), built on first use: only
@@ -198,10 +219,16 @@ def _exported(ctx: Context, batch: Batch) -> list[torch.Tensor]:
         get = ctx.exported.__getitem__
         return [_joined(list(map(get, names)), ctx.device) for names in batch.outputs]
     # the structure check fetched every tensor already: pick this batch's from its list (C-level)
-    if batch.picks is None or batch.picks[0] is not index:
-        batch.picks = (index, [_picker([index[n] for n in names]) for names in batch.outputs])
     fetched = ctx.fetched
-    return [_joined(pick(fetched), ctx.device) for pick in batch.picks[1]]
+    return [_joined(pick(fetched), ctx.device) for pick in _picks(batch, index)]
+
+
+def _picks(batch: Batch, index: Mapping[str, int]) -> list[Callable[[list[torch.Tensor]], list[torch.Tensor]]]:
+    """Per output role, the picker of the batch's tensors from a list fetched in ``index``'s order."""
+    if batch.picks is None or batch.picks[0] is not index:
+        get = index.__getitem__
+        batch.picks = (index, [_picker(list(map(get, names))) for names in batch.outputs])
+    return batch.picks[1]
 
 
 def _picker(positions: list[int]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
@@ -224,10 +251,7 @@ def _master_rows(ctx: Context, batch: Batch) -> tuple[Sources | None, torch.Tens
 def _bound(ctx: Context, batch: Batch) -> Sources | None:
     """The batch's master rows as segments bound in place (their address table on the device), or
     None where they cannot be read in place."""
-    pieces = list(map(ctx.sources.__getitem__, batch.names))  # C-level passes: ~12k items a sync
-    if batch.pieces is None or not all(map(operator.is_, batch.pieces, pieces)):
-        batch.segments, layout = segments_of(pieces, batch.item_units(), batch.items[0].info.shape[-1])
-        batch.sources, batch.pieces, batch.whole_keys = Sources(layout), pieces, None
+    _lay_out(batch, ctx.sources)
     assert batch.sources is not None
     if batch.whole_keys is None:  # segments of the master's own tensors (none unpacked): read directly
         whole = all(sub is None for _, sub, _ in batch.segments) and not hasattr(ctx.master, "meta")  # not files
@@ -239,6 +263,28 @@ def _bound(ctx: Context, batch: Batch) -> Sources | None:
     if tensors[0].device == ctx.device and bind_segments(batch.sources, batch.segments, tensors):
         return batch.sources
     return None
+
+
+def _lay_out(batch: Batch, sources: Mapping[str, Piece]) -> None:
+    """The batch's segments over the master pieces ``sources`` gives its items (kept while the
+    pieces are the same objects)."""
+    pieces = list(map(sources.__getitem__, batch.names))  # C-level passes: ~12k items a sync
+    if batch.pieces is None or not all(map(operator.is_, batch.pieces, pieces)):
+        batch.segments, layout = segments_of(pieces, batch.item_units(), batch.items[0].info.shape[-1])
+        batch.sources, batch.pieces, batch.whole_keys = Sources(layout), pieces, None
+
+
+def lay_out(steps: list[list[Step]], sources: Mapping[str, Piece], index: Mapping[str, int]) -> None:
+    """Build on the host, before any master or export is seen, what the batches of ``steps`` keep
+    for a master whose pieces are ``sources`` and an export fetched in ``index``'s order: segments,
+    index tables, pickers (a validator's construction, for the layout it predicts; its first sync
+    then only binds the tensors and uploads the tables)."""
+    for layer in steps:
+        for _, payload in layer:
+            if isinstance(payload, Batch):
+                _lay_out(payload, sources)
+                payload.host_index()
+                _picks(payload, index)
 
 
 def prepare(ctx: Context, kind: str, payload: PlannedTensor | Batch) -> None:

@@ -14,6 +14,7 @@ experts) take the converter's per-unit path instead, with the same bytes.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,8 @@ from fp4convert.plan import PlannedTensor, group_input_amax
 __all__ = ["Group", "GroupBuffers", "piece_value", "plan_groups", "run_group"]
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_DTYPE = operator.attrgetter("dtype")
+_DEVICE = operator.attrgetter("device")
 
 
 @dataclass
@@ -132,8 +135,11 @@ def bind_segments(
         if reads_by_address(first.device):
             sources.device_tables()
         return True
-    if first.dtype not in _KERNEL_DTYPES or not all(
-        t.dtype == first.dtype and t.device == first.device and t.stride(-1) == 1 for t in tensors
+    if (
+        first.dtype not in _KERNEL_DTYPES
+        or set(map(_DTYPE, tensors)) != {first.dtype}  # C-level passes: a first sync binds ~12k tensors
+        or set(map(_DEVICE, tensors)) != {first.device}
+        or set(map(torch.Tensor.stride, tensors, itertools.repeat(-1, len(tensors)))) != {1}
     ):
         return False
     views = [

@@ -34,7 +34,7 @@ from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.families import load_config
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
-from fp4convert.megatron.batches import Batch, Step, mismatches, plan_steps, unit_of
+from fp4convert.megatron.batches import Batch, Step, lay_out, mismatches, plan_steps, unit_of
 from fp4convert.megatron.batches import prepare as prepare_step
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.plan import ContractLike, DialectLike, export_plan, gc_paused, loaded_contract
@@ -253,7 +253,9 @@ class ExportValidator:
         #: Python pass over every expected tensor. BF16, the masters' usual dtype, is built now.
         self._canonical_compiled: dict[torch.dtype, _Compiled] = {}
         if self._canonical:
-            self._canonical_plan(torch.bfloat16)
+            compiled = self._canonical_plan(torch.bfloat16)
+            if compiled.steps:  # its batches' segments, index tables and pickers: host work a first sync skips
+                lay_out(compiled.steps, compiled.sources, compiled.index)
         #: expected items per format, as every report states them (fixed by the plan)
         self._formats: dict[str, int] = {}
         for item in self.items:
