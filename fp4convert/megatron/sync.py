@@ -45,8 +45,9 @@ _DTYPE = operator.attrgetter("dtype")
 
 Pair = tuple[str, torch.Tensor]
 #: what one master tensor gives: unpacked or not, (piece, group: -1 for high precision) per HF tensor,
-#: and the dtype it was checked with (None: predicted from the plan, not yet seen)
-_Record = tuple[bool, list[tuple[Piece, int]], torch.dtype | None]
+#: and a dtype a tensor of it may have without being checked again (one it was checked with, or
+#: BF16 where the constructor predicted it: a master dtype, so that check would pass)
+_Record = tuple[bool, list[tuple[Piece, int]], torch.dtype]
 
 
 class _OutputSet:
@@ -246,8 +247,8 @@ class LiveExporter:
             position += len(item.outputs)
         self.num_outputs = position
         self._firsts = [[self._position[item.info.name] for item in group.items] for group in self.groups]
-        #: (name, shape) -> what that master tensor gives, and the dtype it was checked with (None:
-        #: predicted by the constructor, not yet seen)
+        #: (name, shape) -> what that master tensor gives, and the dtype it passes with unchecked
+        #: (:data:`_Record`)
         self._records: dict[tuple[str, tuple[int, ...]], _Record] = {}
         self._sets: list[_OutputSet] = []
         self.output_sets = output_sets
@@ -347,7 +348,7 @@ class LiveExporter:
             record = records.get((key, shape))
             if record is None:
                 record = self._record(key, shape, tensor)
-            elif record[2] is not tensor.dtype:  # predicted, or another dtype than last time: checked
+            elif record[2] is not tensor.dtype:  # another dtype than predicted or last seen: checked
                 check_master_tensor(key, tensor)
                 record = records[(key, shape)] = (record[0], record[1], tensor.dtype)
             stacked, members, _ = record
@@ -388,13 +389,15 @@ class LiveExporter:
         """What a master tensor gives, resolved and checked once per (name, shape) (its dtype checked
         again when it changes): whether it is unpacked (stacked experts, fused MLA down projection), each piece
         with its group (-1: a high-precision tensor), and the dtype checked (``tensor`` None: the
-        plan's own layout, predicted by the constructor)."""
+        plan's own layout, predicted by the constructor, in BF16, which needs no check: the
+        learners' usual master dtype, so their first sync checks none again)."""
         if tensor is not None:
             check_master_tensor(key, tensor)
         pieces = self.names.pieces(key, shape)
         self._check(key, shape, pieces)
         members = [(p, self._member[p.name][0] if p.name in self._member else -1) for p in pieces]
-        record = (any(p.sub is not None for p in pieces), members, None if tensor is None else tensor.dtype)
+        dtype = torch.bfloat16 if tensor is None else tensor.dtype
+        record = (any(p.sub is not None for p in pieces), members, dtype)
         self._records[(key, shape)] = record
         return record
 
