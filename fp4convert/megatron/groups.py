@@ -44,8 +44,7 @@ from fp4convert.plan import PlannedTensor, group_input_amax
 __all__ = ["Group", "GroupBuffers", "piece_value", "plan_groups", "run_group"]
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_DTYPE = operator.attrgetter("dtype")
-_DEVICE = operator.attrgetter("device")
+_START = operator.itemgetter(2)  # a segment's first row
 
 
 @dataclass
@@ -135,26 +134,27 @@ def bind_segments(
         if reads_by_address(first.device):
             sources.device_tables()
         return True
-    if (
-        first.dtype not in _KERNEL_DTYPES
-        or set(map(_DTYPE, tensors)) != {first.dtype}  # C-level passes: a first sync binds ~12k tensors
-        or set(map(_DEVICE, tensors)) != {first.device}
-        or set(map(torch.Tensor.stride, tensors, itertools.repeat(-1, len(tensors)))) != {1}
-    ):
+    if first.dtype not in _KERNEL_DTYPES:
         return False
-    views = [
-        t if start == 0 and rows == t.shape[0] else t[start : start + rows]
-        for t, (_, _, start), rows in zip(tensors, segments, sources.layout.rows, strict=True)
-    ]
+    rows = sources.layout.rows
+    # C-level passes (a first sync binds ~12k tensors): every segment a whole tensor, or views of rows
+    whole = not any(map(_START, segments)) and tuple(map(torch.Tensor.size, tensors, itertools.repeat(0))) == rows
+    if whole:
+        views = list(tensors)
+    else:
+        views = [
+            t if start == 0 and count == t.shape[0] else t[start : start + count]
+            for t, (_, _, start), count in zip(tensors, segments, rows, strict=True)
+        ]
     try:
-        sources.bind(views)
+        sources.bind(views)  # mixed dtypes or devices, rows not contiguous: a FormatError
         if reads_by_address(first.device):
             sources.device_tables()
     except FormatError:
         return False
     # only whole tensors bound as themselves may skip all this next time: a view of rows would
     # keep the storage the parameter had when it was made (``param.data = ...`` moves it)
-    whole = all(v is t for v, t in zip(views, tensors, strict=True))
+    whole = whole or all(map(operator.is_, views, tensors))
     sources.bound_from = list(tensors) if whole else []
     return True
 
