@@ -47,6 +47,20 @@ def test_a_tensor_no_master_may_be_is_refused_by_name(model, name, kind):
             call()
 
 
+@pytest.mark.parametrize("kind", ["int8", "float64", "meta"])
+def test_a_new_exporters_first_sync_refuses_what_no_master_may_be(model, kind):
+    # its records are predicted at construction as BF16 (no check needed for BF16): another dtype at
+    # the first sync is checked all the same
+    hf, config = model("qwen3_moe")
+    master = hf_to_megatron(hf, "qwen3_moe", config)
+    bad = {**master, EXPERTS: _bad(master[EXPERTS], kind)}
+    what = "on the meta device" if kind == "meta" else r"\S+, not BF16, F16 or F32"
+    with pytest.raises(MappingError, match=rf"master tensor `{EXPERTS}` is {what}"):
+        LiveExporter(contract=NVFP4_EXPERTS, config=config)(bad)
+    as_float32 = {name: tensor.float() for name, tensor in master.items()}  # a master dtype: passes
+    assert len(LiveExporter(contract=NVFP4_EXPERTS, config=config)(as_float32)) > 0
+
+
 def test_an_exported_tensor_on_the_meta_device_is_a_finding(model):
     hf, config = model("qwen3_moe")
     master = hf_to_megatron(hf, "qwen3_moe", config)
