@@ -53,7 +53,8 @@ def main() -> None:
     for words, prefetch in ((True, False), (True, True), (False, False), (False, True)):
         data, scale = torch.empty_like(want[0]), torch.empty_like(want[1])
         args = (x, x.stride(0), rows, amax, data, scale, cols)
-        kw = dict(common, WORDS=words, PREFETCH=prefetch, enable_fp_fusion=False)
+        kw = dict(common, WORDS=words, PREFETCH=prefetch, PDL=False, IN_POLICY="", OUT_POLICY="", STAGES=1,
+                  enable_fp_fusion=False)  # fmt: skip
         k = ts._nvfp4_tensor_kernel.warmup(*args, 1, **kw, grid=(1,))
         occ = ts.programs_per_sm(k, x.device)
         for per_sm in sorted({occ, max(1, occ - 1), max(1, occ // 2), 2 * occ}):
@@ -68,15 +69,17 @@ def main() -> None:
                 f"{t * 1e6:7.1f} us {gb / t:6.0f} GB/s  {'bytes == grid launch' if same else 'BYTES DIFFER'}"
             )
     out = torch.zeros(1, dtype=torch.int32, device=x.device)
-    akw = dict(EVEN_R=True, EVEN_C=True, BR=ts.BLOCK_ROWS, BC=bc, enable_fp_fusion=False)
-    compiled = ts._amax_dense_kernel.warmup(x, x.stride(0), rows, out, cols, 1, **akw, grid=(1,))
+    akw = dict(EVEN_R=True, EVEN_C=True, BR=ts.BLOCK_ROWS, BC=bc, KEEP=False, PDL=False, STAGES=1,
+               enable_fp_fusion=False)  # fmt: skip
+    keep_from = 0  # unread: KEEP is off
+    compiled = ts._amax_dense_kernel.warmup(x, x.stride(0), rows, out, keep_from, cols, 1, **akw, grid=(1,))
     occ = ts.programs_per_sm(compiled, x.device)
     for per_sm in sorted({occ, max(1, occ // 2), max(1, occ // 4)}):
         launch = ts._amax_dense_kernel[(sms * per_sm,)]
         out.zero_()
-        launch(x, x.stride(0), rows, out, cols, sms * per_sm, **akw)
+        launch(x, x.stride(0), rows, out, keep_from, cols, sms * per_sm, **akw)
         same = torch.equal(out.view(torch.float32).reshape(1), amax)
-        t = graph_time(lambda f=launch, p=per_sm: f(x, x.stride(0), rows, out, cols, sms * p, **akw))
+        t = graph_time(lambda f=launch, p=per_sm: f(x, x.stride(0), rows, out, keep_from, cols, sms * p, **akw))
         print(
             f"persistent amax {per_sm:2d}/SM ({occ} fit) {t * 1e6:7.1f} us {gb / t:6.0f} GB/s "
             f"{gb / t / roof:6.1%} of the roofline  {'amax == tensor_amax' if same else 'AMAX DIFFERS'}"

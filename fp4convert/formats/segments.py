@@ -52,6 +52,10 @@ __all__ = [
 #: block chains the segment kernels (CPU and CUDA) implement
 _SEGMENT_CHAINS = frozenset(kernels.PROFILE_CODES) - {"4over6"}
 
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_DEVICE = operator.attrgetter("device")
+
 
 @dataclass
 class SegmentLayout:
@@ -132,11 +136,6 @@ class SegmentLayout:
     @property
     def even_rows(self) -> bool:
         return all(r % BLOCK_ROWS == 0 for r in self.rows)
-
-
-_SHAPE = operator.attrgetter("shape")
-_DTYPE = operator.attrgetter("dtype")
-_DEVICE = operator.attrgetter("device")
 
 
 #: the layouts in use, by (cols, rows, units): :meth:`SegmentLayout.of` hands out one object per key
