@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from pathlib import Path
 
+import pytest
 import torch
 
 from fp4convert.formats.mxfp8 import mxfp8_matrix_reference
@@ -178,3 +180,26 @@ def e2m1_risky_patterns() -> torch.Tensor:
     rand = torch.randint(0, 1 << 32, (1 << 16,), generator=torch.Generator().manual_seed(5), dtype=torch.int64)
     magnitudes = torch.cat([bf16 & 0x7FFFFFFF, near, special, rand & 0x7FFFFFFF])
     return torch.cat([magnitudes, magnitudes | (1 << 31)]).unique()
+
+
+#: a ``device`` parameter value that runs on a CUDA device only (marked gpu: a skip is not a pass)
+CUDA = pytest.param(
+    "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+)
+
+
+def count_uploads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every table upload (:func:`fp4convert.formats.uploads.upload`) from here on, as the name of
+    the function that made it."""
+    from fp4convert.formats import segments
+    from fp4convert.megatron import batches, context, groups
+
+    made: list[str] = []
+    for module in (batches, segments, context, groups):
+
+        def counted(tables, device, real=module.upload):  # type: ignore[no-untyped-def]
+            made.append(inspect.stack()[1].function)
+            return real(tables, device)
+
+        monkeypatch.setattr(module, "upload", counted)
+    return made

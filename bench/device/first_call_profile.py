@@ -49,8 +49,22 @@ update = dict(export_hf(master.items(), **kwargs))
 torch.cuda.synchronize()
 
 
+def pinned() -> tuple[int, float]:
+    """(pinned host blocks made, ms spent making them) so far: torch's host allocator grows its
+    pool with cudaHostAlloc when every cached block of a size is still in flight (a first sync's
+    table uploads, queued ahead of the GPU)."""
+    stats = torch.cuda.host_memory_stats() if hasattr(torch.cuda, "host_memory_stats") else {}
+    return int(stats.get("num_host_alloc", -1)), stats.get("host_alloc_time.total", 0) / 1e3
+
+
+def pinned_since(before: tuple[int, float]) -> str:
+    made, ms = pinned()
+    return f"; pinned blocks made {made - before[0]} in {ms - before[1]:.1f} ms"
+
+
 def call(label: str, fn, top: int = 24) -> None:
     compiles.clear()
+    host = pinned()
     profiler = cProfile.Profile()
     started = time.perf_counter()
     profiler.enable()
@@ -61,19 +75,20 @@ def call(label: str, fn, top: int = 24) -> None:
     done = time.perf_counter() - started
     print(f"== {label}: returned after {returned * 1e3:.1f} ms, GPU done {done * 1e3:.1f} ms (under cProfile); "
           f"{len(compiles)} Triton compilations {sum(s for _, s in compiles) * 1e3:.1f} ms "
-          f"{sorted({n for n, _ in compiles})}", flush=True)  # fmt: skip
+          f"{sorted({n for n, _ in compiles})}{pinned_since(host)}", flush=True)  # fmt: skip
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(top)
     stats.sort_stats("tottime").print_stats(top)
 
 
 def timed(label: str, fn) -> None:
+    host = pinned()
     started = time.perf_counter()
     fn()
     returned = time.perf_counter() - started
     torch.cuda.synchronize()
     done = time.perf_counter() - started
-    print(f"== {label}: returned after {returned * 1e3:.1f} ms, GPU done {done * 1e3:.1f} ms",
+    print(f"== {label}: returned after {returned * 1e3:.1f} ms, GPU done {done * 1e3:.1f} ms{pinned_since(host)}",
           flush=True)  # fmt: skip
 
 
@@ -124,6 +139,10 @@ def validator_rows() -> None:
         timed(f"  its call {i + 2}", lambda: validator(update, master))
     profiled = new_validator(2)
     call("constructed validator, first call", lambda: profiled(update, master))
+    told = new_validator(4, device="cuda")
+    timed("validator told its device, first call", lambda: told(update, master))
+    told = new_validator(5, device="cuda")
+    call("validator told its device, first call", lambda: told(update, master))
     eager = new_validator(3, cuda_graphs=False)
     eager(update, master)
     torch.cuda.synchronize()

@@ -128,6 +128,15 @@ class SegmentLayout:
             self._device[key] = {"row_unit": upload([rows], device)[0]}
         return self._device[key]["row_unit"]
 
+    def make_tables(self, device: torch.device) -> None:
+        """Make now the static tables the group kernels on ``device`` read (:meth:`tables` for the
+        Triton kernels, :meth:`row_units` for the others): an exporter or validator told its device
+        makes them at construction instead of at its first sync."""
+        if _on_triton(device):
+            self.tables(device)
+        else:
+            self.row_units(device)
+
     @functools.cached_property
     def shapes(self) -> list[torch.Size]:
         """Each segment's ``(rows, cols)``, as its bound tensor's ``shape`` compares."""

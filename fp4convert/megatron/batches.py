@@ -23,7 +23,14 @@ import torch
 
 from fp4convert.formats import kernels
 from fp4convert.formats.nvfp4 import NVFP4Tensor
-from fp4convert.formats.segments import Sources, mxfp8_segments, nvfp4_segment_mismatches, nvfp4_segments, unit_amax
+from fp4convert.formats.segments import (
+    Sources,
+    mxfp8_segments,
+    nvfp4_segment_mismatches,
+    nvfp4_segments,
+    reads_by_address,
+    unit_amax,
+)
 from fp4convert.formats.uploads import upload
 from fp4convert.megatron.context import Context
 from fp4convert.megatron.groups import bind_segments, segments_of
@@ -274,17 +281,25 @@ def _lay_out(batch: Batch, sources: Mapping[str, Piece]) -> None:
         batch.sources, batch.pieces, batch.whole_keys = Sources(layout), pieces, None
 
 
-def lay_out(steps: list[list[Step]], sources: Mapping[str, Piece], index: Mapping[str, int]) -> None:
-    """Build on the host, before any master or export is seen, what the batches of ``steps`` keep
-    for a master whose pieces are ``sources`` and an export fetched in ``index``'s order: segments,
-    index tables, pickers (a validator's construction, for the layout it predicts; its first sync
-    then only binds the tensors and uploads the tables)."""
+def lay_out(
+    steps: list[list[Step]], sources: Mapping[str, Piece], index: Mapping[str, int], device: torch.device | None = None
+) -> None:
+    """Build, before any master or export is seen, what the batches of ``steps`` keep for a master
+    whose pieces are ``sources`` and an export fetched in ``index``'s order: segments, index tables,
+    pickers (a validator's construction, for the layout it predicts; its first sync then only binds
+    the tensors and uploads their address tables). With ``device``, the index and segment tables
+    are uploaded there too (a validator told its device)."""
     for layer in steps:
         for _, payload in layer:
             if isinstance(payload, Batch):
                 _lay_out(payload, sources)
                 payload.host_index()
                 _picks(payload, index)
+                if device is not None:
+                    payload.on(device)
+                    if reads_by_address(device):  # the Triton kernels' tables (the CPU's check reads none)
+                        assert payload.sources is not None  # laid out above
+                        payload.sources.layout.tables(device)
 
 
 def prepare(ctx: Context, kind: str, payload: PlannedTensor | Batch) -> None:

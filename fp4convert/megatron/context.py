@@ -110,10 +110,15 @@ class Context:
         if len(piece.runs) == 1:
             start, count = piece.runs[0]
             return tensor[start : start + count]
-        key = (name, str(self.device))  # interleaved rows (QKV): an index kept on the device
+        return tensor.index_select(0, self.rows_index(name))
+
+    def rows_index(self, name: str) -> torch.Tensor:
+        """The master rows of HF tensor ``name`` whose rows are interleaved there (QKV), as an index
+        on the validation device (made once per tensor and device)."""
+        key = (name, str(self.device))
         if key not in self.rows_on:
-            (self.rows_on[key],) = upload([piece.index()], self.device)
-        return tensor.index_select(0, self.rows_on[key])
+            (self.rows_on[key],) = upload([self.sources[name].index()], self.device)
+        return self.rows_on[key]
 
     def expected_outputs(
         self, item: PlannedTensor, master_dtypes: Mapping[str, str]

@@ -29,7 +29,6 @@ import torch
 
 from fp4convert.errors import MappingError
 from fp4convert.families import unpack
-from fp4convert.formats.segments import reads_by_address
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_groups, run_group, sent_dtype
 from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
@@ -282,8 +281,12 @@ class LiveExporter:
             pieces = [pieces_of[name] for name in names]
             group.build_layout(pieces)
             self._layout_of[g] = pieces
-            if device is not None and group.layout is not None and reads_by_address(device):
-                group.layout.tables(device)
+            if device is None:
+                continue
+            assert group.layout is not None  # built above
+            group.layout.make_tables(device)
+            if group.fmt == "nvfp4":  # each member's unit, by which its global scale is picked
+                group.item_units(device)
 
     # -- one sync ------------------------------------------------------------------------------
 

@@ -192,7 +192,9 @@ class ExportValidator:
         ep_size: expert-parallel size.
         include_input_scale: the export is meant to carry NVFP4 input scales (live updates do not).
         calibration: activation amax per HF module, for sent input scales of per-tensor contracts.
-        device: where to compare; default the master's device.
+        device: where to compare; default the master's device. Given, the tables the byte check
+            reads there (index and segment tables) are made at construction, for the layout the
+            plan predicts: a learner that knows its GPU takes them out of its first sync.
         max_batch_bytes: BF16 master bytes quantized in one batch (bounds the extra memory).
         max_diagnosed: failing modules diagnosed in full; the rest are only reported.
         cuda_graphs: on a CUDA device, replay the byte check as one CUDA graph from the third sync on
@@ -235,7 +237,8 @@ class ExportValidator:
         self.ep_rank, self.ep_size = ep_rank, ep_size
         self.items = self.plan.expected(ep_rank, ep_size)
         self.plan.experts_per_rank(ep_size)
-        self.device = None if device is None else torch.device(device)
+        # as tensors name it (cuda -> cuda:N): the tables made now are found by that name
+        self.device = None if device is None else torch.empty(0, device=device).device
         self.max_batch_bytes = max_batch_bytes
         self.max_diagnosed = max_diagnosed
         self.cuda_graphs = cuda_graphs
@@ -255,12 +258,23 @@ class ExportValidator:
         if self._canonical:
             compiled = self._canonical_plan(torch.bfloat16)
             if compiled.steps:  # its batches' segments, index tables and pickers: host work a first sync skips
-                lay_out(compiled.steps, compiled.sources, compiled.index)
+                lay_out(compiled.steps, compiled.sources, compiled.index, self.device)
+                if self.device is not None:
+                    self._interleaved_rows(compiled.steps, compiled.sources, self.device)
         #: expected items per format, as every report states them (fixed by the plan)
         self._formats: dict[str, int] = {}
         for item in self.items:
             fmt = item.decision.format if item.quantized else "bf16"
             self._formats[fmt] = self._formats.get(fmt, 0) + 1
+
+    def _interleaved_rows(self, steps: list[list[Step]], sources: dict[str, Piece], device: torch.device) -> None:
+        """Upload the row index of every BF16 check whose rows the master interleaves (QKV)."""
+        ctx = self._master_context({}, sources, device, self._rows_on)
+        for layer in steps:
+            for _, payload in layer:
+                piece = None if isinstance(payload, Batch) else sources.get(payload.info.name)
+                if piece is not None and not piece.whole and len(piece.runs) > 1:
+                    ctx.rows_index(piece.name)
 
     def prepare(self, master: Mapping[str, torch.Tensor]) -> ExportValidator:
         """Build now what the master's layout fixes (its names, dtypes and shapes; not its values), so

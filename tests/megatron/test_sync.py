@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal
+from _helpers import CUDA, MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal, count_uploads
 
 from fp4convert import export_hf, validate_export
 from fp4convert.families import MegatronSpelling, hf_to_megatron
@@ -136,6 +136,23 @@ def test_buffers_allocated_at_construction_are_the_first_syncs(model):
     reference = dict(_exporter(config)(megatron))
     for name, tensor in update:
         assert_bytes_equal(tensor, reference[name])
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_an_exporter_told_its_device_makes_its_tables_at_construction(device, model, monkeypatch):
+    # LiveExporter(device=...): each group's segment tables (on a GPU) and its members' units are
+    # made by the constructor; the first sync uploads only the master segments' addresses (on a GPU)
+    hf, config = model("qwen3_moe")
+    megatron = {n: t.to(device) for n, t in hf_to_megatron(hf, "qwen3_moe", config).items()}
+    uploads = count_uploads(monkeypatch)
+    told = _exporter(config, device=device)
+    assert "item_units" in uploads and ("tables" in uploads) == (device == "cuda")
+    uploads.clear()
+    want = _as_bytes(told(megatron))
+    assert set(uploads) == ({"device_tables"} if device == "cuda" else set())
+    untold = _exporter(config)
+    assert _as_bytes(untold(megatron)) == want
+    assert "item_units" in uploads
 
 
 def _own_bytes(update, master) -> int:

@@ -8,18 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import MXFP8_ALL, NVFP4_EXPERTS
+from _helpers import CUDA, MXFP8_ALL, NVFP4_EXPERTS, count_uploads
 from safetensors.torch import save_file
 
 from fp4convert import export_hf, validate_export
 from fp4convert.contract import load_contract
 from fp4convert.errors import VerificationError
 from fp4convert.families import hf_to_megatron
-from fp4convert.formats import segments as segments_module
 from fp4convert.megatron import ExportValidator, validate_export_files
-from fp4convert.megatron import batches as batches_module
-from fp4convert.megatron import context as context_module
-from fp4convert.megatron import groups as groups_module
 from fp4convert.megatron import validate as validate_module
 from fp4convert.megatron.sources import tensor_meta
 from fp4convert.megatron.sync import LiveExporter
@@ -223,20 +219,31 @@ def test_a_prepared_validator_uploads_no_table_at_its_first_sync(model, monkeypa
     megatron = hf_to_megatron(hf, "qwen3_moe", config)
     exported = _export(model, "qwen3_moe", NVFP4_EXPERTS)
     validator = ExportValidator(contract=NVFP4_EXPERTS, config=config)
-    uploads: list[int] = []
-    for module in (batches_module, segments_module, context_module, groups_module):
-        real = module.upload
-
-        def counted(tables, device, real=real):
-            uploads.append(1)
-            return real(tables, device)
-
-        monkeypatch.setattr(module, "upload", counted)
+    uploads = count_uploads(monkeypatch)
     validator.prepare(megatron)
     assert len(uploads) > 0
     made = len(uploads)
     assert validator(exported, megatron).ok
     assert len(uploads) == made
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_a_validator_told_its_device_makes_its_tables_at_construction(device, model, monkeypatch):
+    # ExportValidator(device=...): the index tables, segment tables and QKV row indices are made by
+    # the constructor; the first sync uploads only the master segments' addresses (on a GPU)
+    hf, config = model("qwen3_moe")
+    megatron = {n: t.to(device) for n, t in hf_to_megatron(hf, "qwen3_moe", config).items()}
+    exported = {n: t.to(device) for n, t in _export(model, "qwen3_moe", NVFP4_EXPERTS).items()}
+    uploads = count_uploads(monkeypatch)
+    told = ExportValidator(contract=NVFP4_EXPERTS, config=config, device=device)
+    assert {"on", "rows_index"} <= set(uploads)
+    uploads.clear()
+    assert told(exported, megatron).ok
+    assert set(uploads) == ({"device_tables"} if device == "cuda" else set())
+    untold = ExportValidator(contract=NVFP4_EXPERTS, config=config)
+    assert uploads.count("on") == 0
+    assert untold(exported, megatron).ok
+    assert {"on", "rows_index"} <= set(uploads)
 
 
 def test_a_bf16_tensor_is_accepted_as_the_masters_own_memory_and_no_other(model):
