@@ -59,30 +59,26 @@ def _kernels() -> dict[str, tuple[object, dict[str, str], dict[str, object]]]:
            "unit_ptr": "*i32", "amax_ptr": "*fp32", "data_ptr": "*u8", "scale_ptr": "*u8", "cols": "i32",
            "bad_ptr": "*i32"}  # fmt: skip
     seg_k = {"DT": tl.bfloat16, "PROFILE": 0, "GMAX": 2688.0, "TILE16": False, "EVEN_R": True, "EVEN_C": True,
-             "BR": 16, "BC": 256, "CH": 0, "HW": True, "WORDS": True, "STAGES": 1}  # fmt: skip
+             "BR": 16, "BC": 256, "CH": 0, "HW": True, "WORDS": True}  # fmt: skip
     tensor = {**{k: v for k, v in dense.items() if k != "unit_rows"}, "nprog": "i32"}
     tensor_k = {**{k: v for k, v in dense_k.items() if k not in ("CH", "REVERSE")}, "PROFILE": 0, "PDL": False,
-                "IN_POLICY": "", "OUT_POLICY": "", "STAGES": 1}  # fmt: skip
+                "IN_POLICY": "", "OUT_POLICY": ""}  # fmt: skip
     amax = {"x_ptr": "*bf16", "ld": "i32", "rows": "i32", "out_ptr": "*i32", "keep_from": "i32", "cols": "i32",
             "nprog": "i32"}  # fmt: skip
     evict_pdl = {"PREFETCH": False, "PDL": True, "IN_POLICY": "evict_first", "OUT_POLICY": "evict_first"}
-    staged = {"VERIFY": False, "PREFETCH": False, "STAGES": 3}
-    amax_k = {"EVEN_R": True, "EVEN_C": True, "BR": 16, "BC": 256, "KEEP": False, "PDL": False, "STAGES": 1}
+    amax_k = {"EVEN_R": True, "EVEN_C": True, "BR": 16, "BC": 256, "KEEP": False, "PDL": False}
     return {
         "nvfp4 dense, te": (ts._nvfp4_dense_kernel, dense, {"PROFILE": 0, **dense_k}),
         "nvfp4 dense, modelopt": (ts._nvfp4_dense_kernel, dense, {**dense_k, "PROFILE": 2, "WORDS": False}),
         "nvfp4 tensor, persistent": (ts._nvfp4_tensor_kernel, tensor, {**tensor_k, "PREFETCH": False}),
         "nvfp4 tensor, prefetch": (ts._nvfp4_tensor_kernel, tensor, {**tensor_k, "PREFETCH": True}),
         "nvfp4 tensor, pdl, evict_first": (ts._nvfp4_tensor_kernel, tensor, {**tensor_k, **evict_pdl}),
-        "nvfp4 tensor, 2 stages": (ts._nvfp4_tensor_kernel, tensor, {**tensor_k, "PREFETCH": False, "STAGES": 2}),
-        "nvfp4 tensor, 3 stages": (ts._nvfp4_tensor_kernel, tensor, {**tensor_k, "PREFETCH": False, "STAGES": 3}),
         "amax tensor, persistent": (ts._amax_dense_kernel, amax, amax_k),
         "amax tensor, kept in L2, pdl": (ts._amax_dense_kernel, amax, {**amax_k, "KEEP": True, "PDL": True}),
         "nvfp4 segments, write": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": False, "PREFETCH": False}),
         "nvfp4 segments, compare": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": True, "PREFETCH": False}),
         "nvfp4 seg. write, prefetch": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": False, "PREFETCH": True}),
         "nvfp4 seg. compare, prefetch": (ts._nvfp4_seg_kernel, seg, {**seg_k, "VERIFY": True, "PREFETCH": True}),
-        "nvfp4 seg. write, 3 stages": (ts._nvfp4_seg_kernel, seg, {**seg_k, **staged}),
     }
 
 

@@ -53,7 +53,7 @@ def main() -> None:
     for words, prefetch in ((True, False), (True, True), (False, False), (False, True)):
         data, scale = torch.empty_like(want[0]), torch.empty_like(want[1])
         args = (x, x.stride(0), rows, amax, data, scale, cols)
-        kw = dict(common, WORDS=words, PREFETCH=prefetch, PDL=False, IN_POLICY="", OUT_POLICY="", STAGES=1,
+        kw = dict(common, WORDS=words, PREFETCH=prefetch, PDL=False, IN_POLICY="", OUT_POLICY="",
                   enable_fp_fusion=False)  # fmt: skip
         k = ts._nvfp4_tensor_kernel.warmup(*args, 1, **kw, grid=(1,))
         occ = ts.programs_per_sm(k, x.device)
@@ -69,7 +69,7 @@ def main() -> None:
                 f"{t * 1e6:7.1f} us {gb / t:6.0f} GB/s  {'bytes == grid launch' if same else 'BYTES DIFFER'}"
             )
     out = torch.zeros(1, dtype=torch.int32, device=x.device)
-    akw = dict(EVEN_R=True, EVEN_C=True, BR=ts.BLOCK_ROWS, BC=bc, KEEP=False, PDL=False, STAGES=1,
+    akw = dict(EVEN_R=True, EVEN_C=True, BR=ts.BLOCK_ROWS, BC=bc, KEEP=False, PDL=False,
                enable_fp_fusion=False)  # fmt: skip
     keep_from = 0  # unread: KEEP is off
     compiled = ts._amax_dense_kernel.warmup(x, x.stride(0), rows, out, keep_from, cols, 1, **akw, grid=(1,))

@@ -76,20 +76,23 @@ _PERSISTENT = os.environ.get("FP4CONVERT_PERSISTENT", "1" if PERSISTENT_BY_DEFAU
 #: (bench/results/nvfp4-ab-h100-stop37.txt). ``FP4CONVERT_PREFETCH=1`` (read once, at import) turns it on.
 PREFETCH_BY_DEFAULT = False
 _PREFETCH = os.environ.get("FP4CONVERT_PREFETCH", "1" if PREFETCH_BY_DEFAULT else "0") == "1"
-#: stop 43's A/B knobs for the tensor-scope amax + quantize pair (read once, at import; off by default):
-#: ``FP4CONVERT_PDL`` 1 launches the quantize kernel as a programmatic dependent launch (it waits for
-#: the amax pass in its first instruction, so its launch overlaps that pass's tail), 2 also the amax
-#: pass after its zero fill (waiting for the fill only before its atomic max);
+#: the tensor-scope amax + quantize pair as programmatic dependent launches (sm_90 and later):
+#: ``FP4CONVERT_PDL`` 2 (the default) launches the amax pass before the zero fill of its output ends
+#: (it waits for the fill only before its atomic max) and the quantize pass before the amax pass ends
+#: (it waits in its first instruction), so each launch overlaps the tail of the kernel before; 1 only
+#: the quantize pass, 0 neither. An H100, 4096x14336 bf16, amax + quantize replayed in a CUDA graph:
+#: 91.3-91.9 us with 2 against 92.2-93.0 us with 0, same bytes (bench/results/nvfp4-ab-h100-stop44.txt).
+#: A/B knobs that did not help there (read once, at import; off by default):
 #: ``FP4CONVERT_L2_KEEP_MB`` the amax pass reads its last that many MiB with L2 evict_last (what the
-#: reversed quantize pass reads first); ``FP4CONVERT_IN_POLICY`` / ``FP4CONVERT_OUT_POLICY`` the
-#: quantize pass's load / store eviction policy ("evict_first", "evict_last")
-_PDL = int(os.environ.get("FP4CONVERT_PDL", "0"))
+#: reversed quantize pass reads first: 93.7-95.5 us); ``FP4CONVERT_IN_POLICY`` / ``FP4CONVERT_OUT_POLICY``
+#: the quantize pass's load / store eviction policy ("evict_first", "evict_last"). Pipelining the loops
+#: by ``tl.range(num_stages=3)`` (loads copied into shared memory by cp.async) took the quantize
+#: pass from 55.5 to 98 us and was removed.
+PDL_BY_DEFAULT = 2
+_PDL = int(os.environ.get("FP4CONVERT_PDL", str(PDL_BY_DEFAULT)))
 _L2_KEEP = int(os.environ.get("FP4CONVERT_L2_KEEP_MB", "0")) << 20
 _IN_POLICY = os.environ.get("FP4CONVERT_IN_POLICY", "")
 _OUT_POLICY = os.environ.get("FP4CONVERT_OUT_POLICY", "")
-_STAGES = int(os.environ.get("FP4CONVERT_STAGES", "1"))
-_AMAX_STAGES = int(os.environ.get("FP4CONVERT_AMAX_STAGES", "1"))
-_SEG_STAGES = int(os.environ.get("FP4CONVERT_SEG_STAGES", "1"))
 #: programs of a persistent launch under Triton's interpreter (CPU tensors, no SMs): few enough that
 #: each takes several steps, an uneven share included
 INTERPRETED_PROGRAMS = 3
@@ -568,7 +571,7 @@ def _nvfp4_seg_kernel(
     tab_ptr, src_ptr, ld_ptr, rows_ptr, out_ptr, unit_ptr, amax_ptr, data_ptr, scale_ptr, cols, bad_ptr,
     DT: tl.constexpr, PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr,
     EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, VERIFY: tl.constexpr,
-    HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr,
+    HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """One ``(segment, first row)`` block per program, and one span of ``CH`` column steps (``CH``
     0: the whole row, as grouped launches run); the segment's unit amax gives its scales.
@@ -593,7 +596,7 @@ def _nvfp4_seg_kernel(
         bad_s = tl.zeros((BR, BC // 16), dtype=tl.int32)
         if PREFETCH:
             v = _nvfp4_load(src, ld, r, rmask, cols, 0, EVEN_R, EVEN_C, BC, WORDS, "")
-        for c0 in tl.range(0, cols, BC, num_stages=STAGES):
+        for c0 in range(0, cols, BC):
             if PREFETCH:
                 c1 = c0 + BC * (c0 + BC < cols)  # past the last step: this step again
                 ahead = _nvfp4_load(src, ld, r, rmask, cols, c1, EVEN_R, EVEN_C, BC, WORDS, "")
@@ -654,7 +657,7 @@ def _nvfp4_tensor_kernel(
     x_ptr, ld, rows, amax_ptr, data_ptr, scale_ptr, cols, nprog,
     PROFILE: tl.constexpr, GMAX: tl.constexpr, TILE16: tl.constexpr, EVEN_R: tl.constexpr, EVEN_C: tl.constexpr,
     BR: tl.constexpr, BC: tl.constexpr, HW: tl.constexpr, WORDS: tl.constexpr, PREFETCH: tl.constexpr,
-    PDL: tl.constexpr, IN_POLICY: tl.constexpr, OUT_POLICY: tl.constexpr, STAGES: tl.constexpr,
+    PDL: tl.constexpr, IN_POLICY: tl.constexpr, OUT_POLICY: tl.constexpr,
 ):  # fmt: skip
     """One matrix under the one outer amax ``amax[0]``, persistent: ``nprog`` programs (the grid, at
     most one per step; ``nprog`` is not specialized, so the kernel measured for its occupancy is the
@@ -671,7 +674,7 @@ def _nvfp4_tensor_kernel(
     if PREFETCH:
         r, c0 = _step_origin(n - 1 - tl.program_id(0), col_steps, BR, BC)
         v = _nvfp4_load(x_ptr, ld, r, r < rows, cols, c0, EVEN_R, EVEN_C, BC, WORDS, IN_POLICY)
-    for t in tl.range(tl.program_id(0), n, nprog, num_stages=STAGES):
+    for t in range(tl.program_id(0), n, nprog):
         r, c0 = _step_origin(n - 1 - t, col_steps, BR, BC)
         if PREFETCH:
             nxt = t + nprog * (t + nprog < n)  # past the last step: this step again
@@ -850,7 +853,7 @@ def _amax_seg_kernel(
 def _amax_dense_kernel(
     x_ptr, ld, rows, out_ptr, keep_from, cols, nprog,
     EVEN_R: tl.constexpr, EVEN_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, KEEP: tl.constexpr,
-    PDL: tl.constexpr, STAGES: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
     """One matrix's amax into ``out[0]`` (int32 bits), persistent: ``nprog`` programs (as
     ``_nvfp4_tensor_kernel``), each taking steps of ``BR`` rows x ``BC`` columns ``nprog`` apart,
@@ -859,7 +862,7 @@ def _amax_dense_kernel(
     n = tl.cdiv(rows, BR) * col_steps
     acc = tl.zeros((BR, BC), dtype=tl.float32)
     c = tl.arange(0, BC)
-    for t in tl.range(tl.program_id(0), n, nprog, num_stages=STAGES):
+    for t in range(tl.program_id(0), n, nprog):
         r, c0 = _step_origin(t, col_steps, BR, BC)
         col = c0 + c
         ptrs = x_ptr + r.to(tl.int64)[:, None] * ld + col[None, :]
@@ -917,7 +920,6 @@ def tensor_amax(x2d):
             BC=bc,
             KEEP=keep > 0,
             PDL=pdl,
-            STAGES=_AMAX_STAGES,
         )
         args = (x2d, x2d.stride(0), rows, out, steps - keep, cols)
         launch_persistent(_amax_dense_kernel, args, constexprs, x2d.device, pdl=pdl)
@@ -941,7 +943,7 @@ def nvfp4_dense(x2d, amax, unit_rows: int, code: int, gmax: float, tile16: bool)
         constexprs = dict(
             PROFILE=code, GMAX=gmax, TILE16=tile16, EVEN_R=rows % BLOCK_ROWS == 0, EVEN_C=cols % bc == 0,
             BR=BLOCK_ROWS, BC=bc, HW=hw, WORDS=words, PREFETCH=_PREFETCH, PDL=pdl, IN_POLICY=_IN_POLICY,
-            OUT_POLICY=_OUT_POLICY, STAGES=_STAGES,
+            OUT_POLICY=_OUT_POLICY,
         )  # fmt: skip
         args = (x2d, x2d.stride(0), rows, amax, data, scale, cols)
         launch_persistent(_nvfp4_tensor_kernel, args, constexprs, x2d.device, pdl=pdl)

@@ -409,7 +409,7 @@ def _launch_nvfp4(
         PROFILE=code, GMAX=spec.global_max, TILE16=tile == "16x16", EVEN_R=layout.even_rows,
         EVEN_C=layout.cols % bc == 0, BR=BLOCK_ROWS, BC=bc, CH=0, VERIFY=bad is not None, HW=hw,
         WORDS=ts.word_path(sources.dtype == torch.bfloat16, hw, code),  # type: ignore[attr-defined]
-        PREFETCH=ts._PREFETCH, STAGES=ts._SEG_STAGES, enable_fp_fusion=False,  # type: ignore[attr-defined]
+        PREFETCH=ts._PREFETCH, enable_fp_fusion=False,  # type: ignore[attr-defined]
     )  # fmt: skip
 
 

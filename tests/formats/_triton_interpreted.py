@@ -63,11 +63,10 @@ def segment_kernels() -> None:
         check_mxfp8_segments(segment_group(dtype)[0])
         print("ok segments", dtype, flush=True)
     # rows of several column steps (800 = 3 x 256 + 32: the last step masked; 512: none masked), each
-    # step's values read before the previous step is encoded (PREFETCH) or after, the loop pipelined
-    # in 3 stages or not (FP4CONVERT_SEG_STAGES)
-    for prefetch, stages in ((False, 1), (True, 1), (False, 3)):
-        default = ts._PREFETCH, ts._SEG_STAGES
-        ts._PREFETCH, ts._SEG_STAGES = prefetch, stages
+    # step's values read before the previous step is encoded (PREFETCH) or after
+    for prefetch in (False, True):
+        default = ts._PREFETCH
+        ts._PREFETCH = prefetch
         try:
             for dtype, profile in ((torch.bfloat16, "te"), (torch.float32, "modelopt")):
                 for cols, rows in ((800, (32, 21, 16)), (512, (32, 16, 16))):
@@ -75,8 +74,8 @@ def segment_kernels() -> None:
                     check_nvfp4_segments(wide, [0, 1, 1], profile, "1x16")
                     check_nvfp4_segment_mismatches(wide, [0, 1, 1], profile, "1x16")
         finally:
-            ts._PREFETCH, ts._SEG_STAGES = default
-        print("ok segments, several column steps, prefetch", prefetch, "stages", stages, flush=True)
+            ts._PREFETCH = default
+        print("ok segments, several column steps, prefetch", prefetch, flush=True)
 
 
 def outer_scale_kernel() -> None:
@@ -160,16 +159,16 @@ def dense_kernels() -> None:
             assert_bytes_equal(got[0], want[0].t().contiguous())
             assert_bytes_equal(got[1], want[1].t().contiguous())
         print("ok dense", shape, dtype, flush=True)
-    # the amax + quantize pair's A/B knobs (FP4CONVERT_L2_KEEP_MB, _STAGES, _AMAX_STAGES, the eviction
-    # policies; programmatic dependent launches never run interpreted): the last two steps of the amax
-    # pass read by the kept-in-L2 branch, the loops pipelined; the same bytes
+    # the amax + quantize pair's A/B knobs (FP4CONVERT_L2_KEEP_MB, the eviction policies; programmatic
+    # dependent launches never run interpreted): the last two steps of the amax pass read by the
+    # kept-in-L2 branch; the same bytes
     x = adversarial((48, 1040), torch.bfloat16, seed=5)
     finite = torch.where(x.float().isnan(), 0.0, x.float().abs())
     want = nvfp4_matrix_reference(x, finite.amax().expand(48), "te")
-    knobs = ("_L2_KEEP", "_STAGES", "_AMAX_STAGES", "_IN_POLICY", "_OUT_POLICY")
+    knobs = ("_L2_KEEP", "_IN_POLICY", "_OUT_POLICY")
     default = tuple(getattr(ts, k) for k in knobs)
     two_steps = 2 * ts.BLOCK_ROWS * ts.launch_shape(1040, 16) * 2
-    for values in ((two_steps, 1, 1, "", ""), (two_steps, 3, 3, "evict_first", "evict_first")):
+    for values in ((two_steps, "", ""), (two_steps, "evict_first", "evict_first")):
         for k, v in zip(knobs, values, strict=True):
             setattr(ts, k, v)
         try:
