@@ -50,6 +50,19 @@ def test_tensors_that_do_not_fit_the_group_are_refused():
                        scale=torch.empty(16, 1, dtype=torch.uint8))  # fmt: skip
 
 
+def test_address_tables_refuse_rows_off_16_byte_boundaries():
+    # the segment kernels are compiled for 16-byte-aligned row starts and strides (tl.multiple_of)
+    layout = SegmentLayout.of([4, 4], cols=16)
+    aligned = torch.zeros(4, 16, dtype=torch.bfloat16)
+    ptrs, lds = Sources(layout).bind([aligned, torch.zeros(4, 16, dtype=torch.bfloat16)]).device_tables()
+    assert lds.tolist() == [16, 16] and ptrs.tolist()[0] == aligned.data_ptr()
+    shifted = torch.zeros(1 + 64, dtype=torch.bfloat16)[1:].view(4, 16)  # starts 2 bytes past a boundary
+    padded = torch.zeros(4, 24, dtype=torch.bfloat16)[:, :16]  # a row stride of 24 elements
+    for odd in (shifted, padded):
+        with pytest.raises(FormatError, match=r"16-byte boundaries"):
+            Sources(layout).bind([aligned, odd]).device_tables()
+
+
 def test_equal_layouts_are_one_object_while_in_use_and_share_their_tables():
     import gc
 
