@@ -54,7 +54,6 @@ _SEGMENT_CHAINS = frozenset(kernels.PROFILE_CODES) - {"4over6"}
 
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
-_MOD_16 = (16).__rmod__  # n -> n % 16, mapped in C
 _DEVICE = operator.attrgetter("device")
 
 
@@ -242,10 +241,9 @@ class Sources:
         """(addresses, row strides) as int64 device tensors."""
         ptrs = list(map(torch.Tensor.data_ptr, self.tensors))  # C-level: every sync reads ~12k of these
         if ptrs != self._last or self._ptrs is None or self._ld is None:
-            lds = list(map(torch.Tensor.stride, self.tensors, itertools.repeat(0, len(ptrs))))
-            # the kernels are compiled for 16-byte-aligned rows (tl.multiple_of on address and stride);
-            # C-level passes, as the first sync of every group makes them
-            if any(map(_MOD_16, ptrs)) or any(map(_MOD_16, lds)):
+            lds = [t.stride(0) for t in self.tensors]
+            # the kernels are compiled for 16-byte-aligned rows (tl.multiple_of on address and stride)
+            if any(p % 16 for p in ptrs) or any(ld % 16 for ld in lds):
                 raise FormatError(
                     "segment rows must start on 16-byte boundaries, with a row stride of a multiple of 16 elements"
                 )
