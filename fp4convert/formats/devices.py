@@ -13,7 +13,7 @@ import torch
 
 from fp4convert.errors import ConversionError
 
-__all__ = ["check_device"]
+__all__ = ["check_device", "tensor_device"]
 
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
@@ -50,3 +50,15 @@ def check_device(device: str) -> str:
                 field="device",
             )
     return device
+
+
+def tensor_device(device: str | torch.device) -> torch.device:
+    """``device`` checked (:func:`check_device`) and named as its tensors name it (``cuda`` ->
+    ``cuda:N``, the current device): what tables made for it at construction are found by.
+
+    Example:
+        >>> tensor_device("cpu")
+        device(type='cpu')
+    """
+    check_device(str(device))
+    return torch.empty(0, device=device).device

@@ -29,6 +29,7 @@ import torch
 
 from fp4convert.errors import MappingError
 from fp4convert.families import unpack
+from fp4convert.formats.devices import tensor_device
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_groups, run_group, sent_dtype
 from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
@@ -198,7 +199,8 @@ class LiveExporter:
             reserved between syncs.
 
     Raises:
-        ConversionError: the contract cannot be exported in this dialect.
+        ConversionError: the contract cannot be exported in this dialect, or ``device`` is not
+            one this machine has.
         MappingError: a bad EP position, or a family that does not match the config.
 
     Example (not run: it needs a Megatron model):
@@ -254,7 +256,7 @@ class LiveExporter:
         self.cuda_graphs = cuda_graphs
         self._replay: GraphReplay[_Template] = GraphReplay(slots=max(1, output_sets))
         self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
-        where = None if device is None else torch.empty(0, device=device).device  # cuda -> cuda:N, as tensors say
+        where = None if device is None else tensor_device(device)
         self._prepare(where)
         if where is not None and output_sets > 0:
             out = _OutputSet()

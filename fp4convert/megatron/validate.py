@@ -32,6 +32,7 @@ from fp4convert.contract import contract_hash
 from fp4convert.dialects import OutputSpec
 from fp4convert.errors import CheckpointError, ConversionError
 from fp4convert.families import load_config
+from fp4convert.formats.devices import tensor_device
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
 from fp4convert.megatron import diagnose
 from fp4convert.megatron.batches import Batch, Step, lay_out, mismatches, plan_steps, unit_of
@@ -237,8 +238,7 @@ class ExportValidator:
         self.ep_rank, self.ep_size = ep_rank, ep_size
         self.items = self.plan.expected(ep_rank, ep_size)
         self.plan.experts_per_rank(ep_size)
-        # as tensors name it (cuda -> cuda:N): the tables made now are found by that name
-        self.device = None if device is None else torch.empty(0, device=device).device
+        self.device = None if device is None else tensor_device(device)
         self.max_batch_bytes = max_batch_bytes
         self.max_diagnosed = max_diagnosed
         self.cuda_graphs = cuda_graphs
@@ -596,7 +596,8 @@ def validate_export(
 
     Raises:
         ConversionError, ContractError, MappingError: the contract cannot be exported on this
-            model, or the master holds names that are not this model's.
+            model, ``device`` is not one this machine has, or the master holds names that are not
+            this model's.
 
     Example (not run: it needs a model's state dict and config):
         >>> megatron = hf_to_megatron(hf_state_dict, "qwen3_moe", config)  # doctest: +SKIP

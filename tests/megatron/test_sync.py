@@ -13,6 +13,7 @@ import torch
 from _helpers import CUDA, MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal, count_uploads
 
 from fp4convert import export_hf, validate_export
+from fp4convert.errors import ConversionError
 from fp4convert.families import MegatronSpelling, hf_to_megatron
 from fp4convert.megatron import sync as sync_module
 from fp4convert.megatron.sync import LiveExporter, bucketed
@@ -153,6 +154,14 @@ def test_an_exporter_told_its_device_makes_its_tables_at_construction(device, mo
     untold = _exporter(config)
     assert _as_bytes(untold(megatron)) == want
     assert "item_units" in uploads
+
+
+@pytest.mark.parametrize("make", [LiveExporter, ExportValidator])
+@pytest.mark.parametrize("device", ["gpu", "cuda:64"])
+def test_a_device_that_is_not_here_is_refused_at_construction(make, device, model):
+    _, config = model("qwen3_moe")
+    with pytest.raises(ConversionError, match=r"is not cpu, cuda or cuda:N|this machine has"):
+        make(contract=NVFP4_EXPERTS, config=config, device=device)
 
 
 def _own_bytes(update, master) -> int:
