@@ -41,7 +41,17 @@ from fp4convert.megatron.plan import ExportPlan
 from fp4convert.megatron.resolve import Piece
 from fp4convert.plan import PlannedTensor, group_input_amax
 
-__all__ = ["Group", "GroupBuffers", "piece_value", "plan_groups", "run_group"]
+__all__ = [
+    "Group",
+    "GroupBuffers",
+    "Run",
+    "RunBuffers",
+    "piece_value",
+    "plan_groups",
+    "plan_runs",
+    "run_bound",
+    "run_group",
+]
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _START = operator.itemgetter(2)  # a segment's first row
@@ -199,6 +209,130 @@ def plan_groups(plan: ExportPlan, items: Sequence[PlannedTensor]) -> list[Group]
     return groups
 
 
+#: output matrices of a group or a run: codes, scales, and the NVFP4 global scales (one per member)
+Matrices = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+
+def _matrices(fmt: str, rows: int, cols: int, members: int, device: torch.device) -> Matrices:
+    per_byte, block = (2, 16) if fmt == "nvfp4" else (1, 32)
+    data = torch.empty(rows, cols // per_byte, dtype=torch.uint8, device=device)
+    scale = torch.empty(rows, cols // block, dtype=torch.uint8, device=device)
+    global_scale = torch.empty(members, dtype=torch.float32, device=device) if fmt == "nvfp4" else None
+    return data, scale, global_scale
+
+
+@dataclass
+class Run:
+    """Groups of one format, tile and width quantized by one set of launches, their output matrices
+    rows of one allocation (:class:`RunBuffers`): in a whole update, every layer's experts of one
+    role at once, the launches of a group (a few per layer, issued from Python) being what bounds an
+    eager sync rather than the GPU. Its segments are its groups' segments in order, its units theirs
+    renumbered after each other, so each byte it writes is the one its group's own launch would.
+
+    Attributes:
+        members: the groups' indices, in plan order.
+        fmt, tile, cols: what the groups share.
+        rows: output rows of all of them.
+        items: how many member tensors (global scales) all of them have.
+    """
+
+    members: list[int]
+    fmt: str
+    tile: str
+    cols: int
+    rows: int
+    items: int
+    built_from: list[list[tuple[str, int | None, int]]] = field(default_factory=list)  # the groups' segments
+    layout: SegmentLayout | None = None
+    sources: Sources | None = None
+    segments: list[tuple[str, int | None, int]] = field(default_factory=list)
+    segment_keys: list[tuple[str, int | None]] = field(default_factory=list)
+    units: list[int] = field(default_factory=list)  # each member tensor's unit, across the groups
+    num_units: int = 0
+    _units_dev: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def lay_out(self, groups: Sequence[Group]) -> None:
+        """The run's segments from its groups' (rebuilt when a group's were: a first sync, a new
+        spelling; equal layouts are one object, so the segments' master keys are what tell)."""
+        built_from = [groups[g].segments for g in self.members]
+        if len(built_from) == len(self.built_from) and all(map(operator.is_, built_from, self.built_from)):
+            return
+        layouts = [groups[g].layout for g in self.members]
+        rows: list[int] = []
+        seg_units: list[int] = []
+        units: list[int] = []
+        segments: list[tuple[str, int | None, int]] = []
+        offset = 0
+        for g, layout in zip(self.members, layouts, strict=True):
+            group = groups[g]
+            assert layout is not None and layout.total_rows == group.rows and layout.num_units == group.num_units
+            rows += layout.rows
+            seg_units += [unit + offset for unit in layout.units]
+            units += [unit + offset for unit in group.units]
+            segments += group.segments
+            offset += group.num_units
+        self.layout = SegmentLayout.of(rows, seg_units, cols=self.cols)
+        self.sources = Sources(self.layout)
+        self.segments, self.units, self.num_units, self.built_from = segments, units, offset, built_from
+        self.segment_keys = [(key, sub) for key, sub, _ in segments]
+        self._units_dev = {}
+
+    def item_units(self, device: torch.device) -> torch.Tensor:
+        key = str(device)
+        if key not in self._units_dev:
+            (self._units_dev[key],) = upload([torch.tensor(self.units, dtype=torch.long)], device)
+        return self._units_dev[key]
+
+
+def plan_runs(groups: Sequence[Group], max_bytes: int) -> list[Run]:
+    """Runs of the groups sharing format, tile and width, in plan order, each of at most
+    ``max_bytes`` of output (a larger group alone; a run of one group is none)."""
+    by_key: OrderedDict[tuple[str, str, int], list[int]] = OrderedDict()
+    for g, group in enumerate(groups):
+        by_key.setdefault((group.fmt, group.tile, group.cols), []).append(g)
+    runs: list[Run] = []
+    for (fmt, tile, cols), members in by_key.items():
+        chunks: list[list[int]] = [[]]
+        size = 0
+        for g in members:
+            nbytes = _output_bytes(fmt, groups[g].rows, cols)
+            if chunks[-1] and size + nbytes > max_bytes:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(g)
+            size += nbytes
+        for chunk in chunks:
+            if len(chunk) > 1:
+                rows = sum(groups[g].rows for g in chunk)
+                runs.append(Run(chunk, fmt, tile, cols, rows, sum(len(groups[g].items) for g in chunk)))
+    return runs
+
+
+def _output_bytes(fmt: str, rows: int, cols: int) -> int:
+    return rows * (cols // 2 + cols // 16) if fmt == "nvfp4" else rows * (cols + cols // 32)
+
+
+@dataclass
+class RunBuffers:
+    """A run's output matrices: each member group's are rows of them (:meth:`of_group`)."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    global_scale: torch.Tensor | None
+
+    @classmethod
+    def allocate(cls, run: Run, device: torch.device) -> RunBuffers:
+        return cls(*_matrices(run.fmt, run.rows, run.cols, run.items, device))
+
+    def of_groups(self, run: Run, groups: Sequence[Group]) -> list[Matrices]:
+        """Each member group's rows of the matrices, in run order."""
+        rows = [groups[g].rows for g in run.members]
+        items = [len(groups[g].items) for g in run.members]
+        data, scale = self.data.split(rows), self.scale.split(rows)
+        globals_ = self.global_scale.split(items) if self.global_scale is not None else [None] * len(rows)
+        return list(zip(data, scale, globals_, strict=True))
+
+
 @dataclass
 class GroupBuffers:
     """One group's outputs for one sync: the matrices and, per member, its output tensors."""
@@ -209,18 +343,20 @@ class GroupBuffers:
     outputs: list[list[tuple[str, torch.Tensor]]]  # per member, in its layout order
 
     @classmethod
-    def allocate(cls, plan: ExportPlan, group: Group, device: torch.device) -> GroupBuffers:
-        per_byte, block = (2, 16) if group.fmt == "nvfp4" else (1, 32)
-        data = torch.empty(group.rows, group.cols // per_byte, dtype=torch.uint8, device=device)
-        scale = torch.empty(group.rows, group.cols // block, dtype=torch.uint8, device=device)
+    def allocate(
+        cls, plan: ExportPlan, group: Group, device: torch.device, into: Matrices | None = None
+    ) -> GroupBuffers:
+        """The group's output matrices (``into``: given, rows of a :class:`RunBuffers`; else made
+        here) and every member's output views of them."""
+        made = into if into is not None else _matrices(group.fmt, group.rows, group.cols, len(group.items), device)
+        data, scale, global_scale = made
         rows = [item.info.shape[0] for item in group.items]
         specs = [item.outputs for item in group.items]
         data_views = data.split(rows)
         scale_views = scale.split(rows)
         outputs: list[list[tuple[str, torch.Tensor]]] = [[] for _ in group.items]
-        global_scale = None
         if group.fmt == "nvfp4":
-            global_scale = torch.empty(len(group.items), dtype=torch.float32, device=device)
+            assert global_scale is not None
             shape = plan.dialect.global_shape
             globals_ = global_scale.unbind(0) if shape == () else global_scale.split(1)
         for index, spec in enumerate(specs):
@@ -290,23 +426,32 @@ def run_group(
         pieces: the members' pieces, in member order.
         buffers: where the outputs go.
     """
-    layout, sources = group.layout, group.sources
-    assert layout is not None and sources is not None
-    seg_tensors = list(map(tensors.__getitem__, group.segment_keys))  # C-level: ~12k segments a sync
-    if not bind_segments(sources, group.segments, seg_tensors):
+    if not run_bound(plan, group, tensors, (buffers.data, buffers.scale, buffers.global_scale)):
         _run_slow(plan, group, tensors, pieces, buffers)
-        return
-    first = seg_tensors[0]
-    if group.fmt == "mxfp8":
-        mxfp8_segments(sources, data=buffers.data, scale=buffers.scale)
-        return
+
+
+def run_bound(
+    plan: ExportPlan, unit: Group | Run, tensors: Mapping[tuple[str, int | None], torch.Tensor], out: Matrices
+) -> bool:
+    """Quantize a group or a run with the segment kernels, its master rows read in place, into
+    ``out``; False (nothing written) when they cannot be read in place."""
+    sources = unit.sources
+    assert sources is not None
+    seg_tensors = list(map(tensors.__getitem__, unit.segment_keys))  # C-level: ~12k segments a sync
+    if not bind_segments(sources, unit.segments, seg_tensors):
+        return False
+    data, scale, global_scale = out
+    if unit.fmt == "mxfp8":
+        mxfp8_segments(sources, data=data, scale=scale)
+        return True
     amax = unit_amax(sources)
-    nvfp4_segments(sources, amax, plan.profile, tile=group.tile, data=buffers.data, scale=buffers.scale)  # type: ignore[arg-type]
-    q = NVFP4Tensor((group.num_units,), first.dtype, group.tile, "tensor", plan.profile, amax)
-    assert buffers.global_scale is not None
+    nvfp4_segments(sources, amax, plan.profile, tile=unit.tile, data=data, scale=scale)  # type: ignore[arg-type]
+    q = NVFP4Tensor((unit.num_units,), seg_tensors[0].dtype, unit.tile, "tensor", plan.profile, amax)
+    assert global_scale is not None
     torch.index_select(
-        plan.dialect.global_scale(q).float().reshape(-1), 0, group.item_units(amax.device), out=buffers.global_scale
+        plan.dialect.global_scale(q).float().reshape(-1), 0, unit.item_units(amax.device), out=global_scale
     )
+    return True
 
 
 def _run_slow(

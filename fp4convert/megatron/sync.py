@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+import os
 import sys
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +32,19 @@ from fp4convert.errors import MappingError
 from fp4convert.families import unpack
 from fp4convert.formats.devices import tensor_device
 from fp4convert.megatron.encode import encode_group
-from fp4convert.megatron.groups import Group, GroupBuffers, piece_value, plan_groups, run_group, sent_dtype
+from fp4convert.megatron.groups import (
+    Group,
+    GroupBuffers,
+    Matrices,
+    Run,
+    RunBuffers,
+    piece_value,
+    plan_groups,
+    plan_runs,
+    run_bound,
+    run_group,
+    sent_dtype,
+)
 from fp4convert.megatron.plan import ContractLike, DialectLike, ExportPlan, export_plan, gc_paused
 from fp4convert.megatron.replay import GraphReplay
 from fp4convert.megatron.resolve import MasterNames, Piece
@@ -42,6 +55,14 @@ __all__ = ["LiveExporter", "bucketed"]
 
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
+
+#: a whole update's groups of one format, tile and width quantized by one set of launches (:class:`Run`),
+#: up to MAX_RUN_BYTES of output each: an eager sync (a first call, a capture) issues a few launches
+#: per run instead of per layer. ``FP4CONVERT_MERGE_RUNS=1`` (read at import) turns it on; off until a
+#: GPU has timed it and run its tests (bench/device/run_44c.sh).
+MERGE_RUNS_BY_DEFAULT = False
+_MERGE_RUNS = os.environ.get("FP4CONVERT_MERGE_RUNS", "1" if MERGE_RUNS_BY_DEFAULT else "0") == "1"
+MAX_RUN_BYTES = 4 << 30
 
 Pair = tuple[str, torch.Tensor]
 #: what one master tensor gives: unpacked or not, (piece, group: -1 for high precision) per HF tensor,
@@ -60,6 +81,7 @@ class _OutputSet:
 
     def __init__(self) -> None:
         self.groups: dict[int, GroupBuffers] = {}
+        self.runs: dict[int, RunBuffers] = {}  # per run, the matrices its groups' buffers are rows of
         #: per group, the plan positions, names and views of its outputs, in member order
         self.ready: dict[int, tuple[list[int], list[str], list[torch.Tensor]]] = {}
         self.copies: dict[str, Pair] = {}  # high-precision outputs that are not the master's tensor
@@ -68,17 +90,22 @@ class _OutputSet:
         self._storages: list[tuple[torch.Tensor, int]] = []
 
     def group(
-        self, plan: ExportPlan, index: int, group: Group, device: torch.device, positions: list[int]
+        self,
+        plan: ExportPlan,
+        index: int,
+        group: Group,
+        device: torch.device,
+        positions: list[int],
+        into: Matrices | None = None,
     ) -> tuple[GroupBuffers, tuple[list[int], list[str], list[torch.Tensor]]]:
-        """The group's buffers on ``device`` (allocated on first use) and its ready list;
-        ``positions``: each member's first plan position."""
+        """The group's buffers on ``device`` (allocated on first use, or rows of its run's ``into``)
+        and its ready list; ``positions``: each member's first plan position."""
         found = self.groups.get(index)
         if found is None or found.data.device != device:
-            found = GroupBuffers.allocate(plan, group, device)
+            found = GroupBuffers.allocate(plan, group, device, into)
             self.groups[index] = found
-            for buffer in (found.data, found.scale, found.global_scale):
-                if buffer is not None:
-                    self._storages.append((buffer, _use_count(buffer)))
+            if into is None:  # a run's matrices are counted once, when all its groups' views exist
+                self._keep(found.data, found.scale, found.global_scale)
             triples = [
                 (position + i, name, tensor)
                 for position, pairs in zip(positions, found.outputs, strict=True)
@@ -92,12 +119,39 @@ class _OutputSet:
             self._view_refs.extend(map(sys.getrefcount, itertools.islice(self._views, start, None)))
         return found, self.ready[index]
 
+    def run(
+        self,
+        plan: ExportPlan,
+        index: int,
+        run: Run,
+        groups: list[Group],
+        device: torch.device,
+        firsts: list[list[int]],
+    ) -> RunBuffers | None:
+        """The run's matrices on ``device`` and its groups' buffers as rows of them (allocated on
+        first use); None when one of its groups has buffers of its own (a sync that ran it alone)."""
+        found = self.runs.get(index)
+        if found is not None and found.data.device == device:
+            return found
+        if any(g in self.groups for g in run.members):
+            return None
+        found = RunBuffers.allocate(run, device)
+        self.runs[index] = found
+        for g, into in zip(run.members, found.of_groups(run, groups), strict=True):
+            self.group(plan, g, groups[g], device, firsts[g], into)
+        self._keep(found.data, found.scale, found.global_scale)
+        return found
+
+    def _keep(self, *buffers: torch.Tensor | None) -> None:
+        """Count the views of each buffer's storage that this set holds (what :meth:`free` compares)."""
+        self._storages.extend((t, _use_count(t)) for t in buffers if t is not None)
+
     def copy_of(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Pair:
         pair = self.copies.get(name)
         if pair is None or pair[1].device != device or pair[1].dtype != dtype:
             pair = (name, torch.empty(shape, dtype=dtype, device=device))
             self.copies[name] = pair
-            self._storages.append((pair[1], _use_count(pair[1])))
+            self._keep(pair[1])
         return pair
 
     def free(self) -> bool:
@@ -256,12 +310,16 @@ class LiveExporter:
         self.cuda_graphs = cuda_graphs
         self._replay: GraphReplay[_Template] = GraphReplay(slots=max(1, output_sets))
         self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
+        self._runs = plan_runs(self.groups, MAX_RUN_BYTES) if _MERGE_RUNS else []
+        self._in_run = {g for run in self._runs for g in run.members}
         where = None if device is None else tensor_device(device)
         self._prepare(where)
         if where is not None and output_sets > 0:
             out = _OutputSet()
+            for r, run in enumerate(self._runs):
+                out.run(self.plan, r, run, self.groups, where, self._firsts)
             for g, group in enumerate(self.groups):
-                out.group(self.plan, g, group, where, self._firsts[g])
+                out.group(self.plan, g, group, where, self._firsts[g])  # found when its run made it
             self._sets.append(out)
 
     def _prepare(self, device: torch.device | None) -> None:
@@ -289,6 +347,14 @@ class LiveExporter:
             group.layout.make_tables(device)
             if group.fmt == "nvfp4":  # each member's unit, by which its global scale is picked
                 group.item_units(device)
+        for run in self._runs:
+            if all(self._layout_of[g] is not None for g in run.members):
+                run.lay_out(self.groups)
+                if device is not None:
+                    assert run.layout is not None
+                    run.layout.make_tables(device)
+                    if run.fmt == "nvfp4":
+                        run.item_units(device)
 
     # -- one sync ------------------------------------------------------------------------------
 
@@ -335,9 +401,11 @@ class LiveExporter:
         self,
         named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor],
         out: _OutputSet | None = None,
+        whole: bool = False,
     ) -> Iterator[tuple[list[int], list[Pair]]]:
         """``(plan positions, outputs)``, each as soon as its tensors are complete (into ``out``, or
-        a free output set)."""
+        a free output set); ``whole``: the caller takes the update whole, so the groups of a run
+        wait for the last parameter and are quantized together (:meth:`_run_waiting`)."""
         params = named_params.items() if isinstance(named_params, Mapping) else named_params
         out = self._free_set() if out is None else out
         groups = self.groups
@@ -346,6 +414,8 @@ class LiveExporter:
         arrived: dict[tuple[str, int | None], torch.Tensor] = {}
         pieces_of: dict[str, Piece] = {}
         records = self._records
+        in_run = self._in_run if whole else set()
+        waiting: list[int] = []  # complete groups of a run
         for key, tensor in params:
             if tensor.is_meta:  # checked at every sync: a record made from a real tensor would let it pass
                 check_master_tensor(key, tensor)
@@ -382,12 +452,17 @@ class LiveExporter:
                     continue
                 counts[g] += 1
                 if counts[g] == sizes[g]:
+                    if g in in_run:
+                        waiting.append(g)
+                        continue
                     with torch.no_grad():
                         at, pairs = self._run(out, g, arrived, pieces_of)
                     positions += at
                     ready += pairs
             if ready:
                 yield positions, ready
+        if waiting:
+            yield from self._run_waiting(out, waiting, arrived, pieces_of)
         yield from self._finish(out, counts, arrived, pieces_of)
 
     def _record(self, key: str, shape: tuple[int, ...], tensor: torch.Tensor | None = None) -> _Record:
@@ -414,16 +489,76 @@ class LiveExporter:
         pieces_of: Mapping[str, Piece],
     ) -> tuple[list[int], list[Pair]]:
         group = self.groups[g]
-        pieces = list(map(pieces_of.__getitem__, group.names))  # C-level passes: ~12k items a sync
-        known = self._layout_of[g]
-        if known is None or not all(map(operator.is_, known, pieces)):  # first sync, or a new spelling
-            group.build_layout(pieces)
-            self._layout_of[g] = pieces
-        first = group.segments[0]
-        buffers, ready = out.group(self.plan, g, group, arrived[(first[0], first[1])].device, self._firsts[g])
+        pieces = self._laid_out(g, pieces_of)
+        buffers, ready = out.group(self.plan, g, group, self._device_of(g, arrived), self._firsts[g])
         run_group(self.plan, group, arrived, pieces, buffers)
         positions, names, tensors = ready
         return positions, list(zip(names, tensors, strict=True))  # fresh pairs (C-level: ~55k outputs a sync)
+
+    def _laid_out(self, g: int, pieces_of: Mapping[str, Piece]) -> list[Piece]:
+        """Group ``g``'s members' pieces, its layout (re)built when they are not the ones it was
+        built from (a first sync, or a new spelling)."""
+        group = self.groups[g]
+        pieces = list(map(pieces_of.__getitem__, group.names))  # C-level passes: ~12k items a sync
+        known = self._layout_of[g]
+        if known is None or not all(map(operator.is_, known, pieces)):
+            group.build_layout(pieces)
+            self._layout_of[g] = pieces
+        return pieces
+
+    def _device_of(self, g: int, arrived: Mapping[tuple[str, int | None], torch.Tensor]) -> torch.device:
+        first = self.groups[g].segments[0]
+        return arrived[(first[0], first[1])].device
+
+    def _run_waiting(
+        self,
+        out: _OutputSet,
+        waiting: list[int],
+        arrived: Mapping[tuple[str, int | None], torch.Tensor],
+        pieces_of: Mapping[str, Piece],
+    ) -> Iterator[tuple[list[int], list[Pair]]]:
+        """The complete groups of runs: each run whose groups all came quantized by one set of
+        launches into its matrices; the others (a run's groups that cannot be read in place, or in
+        buffers of their own) one by one."""
+        alone = set(waiting)
+        for r, run in enumerate(self._runs):
+            if alone.issuperset(run.members):
+                with torch.no_grad():
+                    merged = self._run_merged(out, r, run, arrived, pieces_of)
+                if merged is not None:
+                    alone.difference_update(run.members)
+                    yield merged
+        for g in waiting:
+            if g in alone:
+                with torch.no_grad():
+                    one = self._run(out, g, arrived, pieces_of)
+                yield one
+
+    def _run_merged(
+        self,
+        out: _OutputSet,
+        r: int,
+        run: Run,
+        arrived: Mapping[tuple[str, int | None], torch.Tensor],
+        pieces_of: Mapping[str, Piece],
+    ) -> tuple[list[int], list[Pair]] | None:
+        """Run ``r`` by one set of launches; None (nothing written) when its groups cannot be."""
+        for g in run.members:
+            self._laid_out(g, pieces_of)
+        run.lay_out(self.groups)
+        device = self._device_of(run.members[0], arrived)
+        buffers = out.run(self.plan, r, run, self.groups, device, self._firsts)
+        if buffers is None or not run_bound(
+            self.plan, run, arrived, (buffers.data, buffers.scale, buffers.global_scale)
+        ):
+            return None
+        positions: list[int] = []
+        pairs: list[Pair] = []
+        for g in run.members:
+            at, names, tensors = out.ready[g]
+            positions += at
+            pairs += zip(names, tensors, strict=True)  # fresh pairs
+        return positions, pairs
 
     def _finish(
         self,
@@ -499,7 +634,7 @@ class LiveExporter:
         self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], out: _OutputSet | None
     ) -> list[Pair]:
         slots: list[Pair | None] = [None] * self.num_outputs
-        for positions, pairs in self._events(named_params, out):
+        for positions, pairs in self._events(named_params, out, whole=True):
             collections.deque(map(slots.__setitem__, positions, pairs), maxlen=0)  # C-level: ~55k a sync
         return list(filter(None, slots))  # pairs are non-empty tuples
 

@@ -201,6 +201,7 @@ def live_exporter() -> None:
     from safetensors.torch import load_file
 
     from fp4convert.families import hf_to_megatron, load_config
+    from fp4convert.megatron import sync
     from fp4convert.megatron.sync import LiveExporter
 
     directory = build_tiny_checkpoint("qwen3_moe", Path(tempfile.mkdtemp()))
@@ -208,18 +209,25 @@ def live_exporter() -> None:
     for path in sorted(directory.glob("*.safetensors")):
         hf.update(load_file(str(path)))
     config = load_config(directory)
-    for layout in ("grouped", "legacy_grouped"):  # in place, and the per-unit path of transposed experts
+    # in place, the per-unit path of transposed experts, and every layer's experts of a role in one
+    # set of launches (FP4CONVERT_MERGE_RUNS)
+    for layout, merged in (("grouped", False), ("legacy_grouped", False), ("grouped", True)):
         megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
         want = dict(LiveExporter(contract=NVFP4_EXPERTS, config=config)(megatron))  # the CPU kernels
         segments._on_triton = lambda device: True  # CPU tensors through the CUDA path, interpreted
-        exporter = LiveExporter(contract=NVFP4_EXPERTS, config=config)
-        for _ in range(2):
-            got = dict(exporter(megatron))
-            assert sorted(got) == sorted(want)
-            for name, tensor in want.items():
-                assert_bytes_equal(got[name], tensor)
-        segments._on_triton = lambda device: False
-        print("ok exporter", layout, flush=True)
+        default, sync._MERGE_RUNS = sync._MERGE_RUNS, merged
+        try:
+            exporter = LiveExporter(contract=NVFP4_EXPERTS, config=config)
+            assert bool(exporter._runs) == merged
+            for _ in range(2):
+                got = dict(exporter(megatron))
+                assert sorted(got) == sorted(want)
+                for name, tensor in want.items():
+                    assert_bytes_equal(got[name], tensor)
+        finally:
+            sync._MERGE_RUNS = default
+            segments._on_triton = lambda device: False
+        print("ok exporter", layout, "runs" if merged else "groups", flush=True)
 
 
 def _flipped(tensor: torch.Tensor, bit: int) -> torch.Tensor:

@@ -15,7 +15,9 @@ from _helpers import CUDA, MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal, count_u
 from fp4convert import export_hf, validate_export
 from fp4convert.errors import ConversionError
 from fp4convert.families import MegatronSpelling, hf_to_megatron
+from fp4convert.megatron import groups as groups_module
 from fp4convert.megatron import sync as sync_module
+from fp4convert.megatron.groups import Run
 from fp4convert.megatron.sync import LiveExporter, bucketed
 from fp4convert.megatron.validate import ExportValidator
 
@@ -162,6 +164,76 @@ def test_a_device_that_is_not_here_is_refused_at_construction(make, device, mode
     _, config = model("qwen3_moe")
     with pytest.raises(ConversionError, match=r"is not cpu, cuda or cuda:N|this machine has"):
         make(contract=NVFP4_EXPERTS, config=config, device=device)
+
+
+def _merged(monkeypatch) -> list[bool]:
+    """Runs on (FP4CONVERT_MERGE_RUNS) for exporters made from here on; every launch set of a
+    group or a run recorded, True for a run."""
+    monkeypatch.setattr(sync_module, "_MERGE_RUNS", True)
+    launched: list[bool] = []
+
+    def recorded(plan, unit, tensors, out, real=groups_module.run_bound):
+        launched.append(isinstance(unit, Run))
+        return real(plan, unit, tensors, out)
+
+    monkeypatch.setattr(sync_module, "run_bound", recorded)  # a run's
+    monkeypatch.setattr(groups_module, "run_bound", recorded)  # a group's (run_group)
+    return launched
+
+
+@pytest.mark.parametrize(("key", "contract", "dialect", "layout"), [
+    ("qwen3_moe", NVFP4_EXPERTS, "modelopt", "grouped"),
+    ("qwen3_moe", NVFP4_EXPERTS, "compressed-tensors", "sequential"),
+    ("qwen3_moe", NVFP4_EXPERTS, "modelopt", "single_grouped"),
+    ("qwen3_moe", MXFP8_ALL, "sglang-mxfp8", "grouped"),
+    ("deepseek_v3", DEEPSEEK_NVFP4, "compressed-tensors", "grouped"),
+])  # fmt: skip
+def test_runs_quantize_a_whole_update_as_its_groups_would(key, contract, dialect, layout, model, monkeypatch):
+    # a whole update's groups of one format, tile and width quantized by one set of launches (a run):
+    # the bytes of every output equal each group's own launches', sync after sync, into one output set
+    hf, config = model(key)
+    megatron = hf_to_megatron(hf, key, config, expert_layout=layout)
+    want = _as_bytes(LiveExporter(contract=contract, config=config, dialect=dialect)(megatron))
+    launched = _merged(monkeypatch)
+    exporter = LiveExporter(contract=contract, config=config, dialect=dialect)
+    assert exporter._runs and all(len(run.members) > 1 for run in exporter._runs)
+    for _ in range(3):  # eager, then the CPU's later syncs (no graphs there)
+        launched.clear()
+        got = exporter(megatron)
+        assert _as_bytes(got) == want
+        assert launched.count(True) == len(exporter._runs)
+        assert launched.count(False) == len(exporter.groups) - len(exporter._in_run)  # the groups of no run
+        del got
+        gc.collect()
+    assert len(exporter._sets) == 1  # the update dropped each time: its set reused
+    launched.clear()
+    assert _as_bytes(exporter.stream(iter(megatron.items()))) == want  # streamed: group by group
+    assert launched and not any(launched)
+
+
+def test_a_run_made_at_construction_is_the_first_syncs_and_a_run_not_read_in_place_runs_its_groups(model, monkeypatch):
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    launched = _merged(monkeypatch)
+    exporter = _exporter(config, device="cpu")
+    made = exporter._sets[0].runs
+    assert set(made) == set(range(len(exporter._runs)))
+    storages = {buffers.data.untyped_storage().data_ptr() for buffers in made.values()}
+    update = exporter(megatron)
+    quantized = [t for n, t in update if n.endswith("down_proj.weight") and t.dtype == torch.uint8]
+    assert quantized and all(t.untyped_storage().data_ptr() in storages for t in quantized)
+    want = _as_bytes(update)
+    del update
+    # one layer's experts in FP32, the others in BF16: a run's tensors of two dtypes cannot be read
+    # by one launch, so its groups run alone, each into its rows of the run's matrices
+    mixed = {n: t.float() if ".layers.0.mlp.experts" in n else t for n, t in megatron.items()}
+    monkeypatch.setattr(sync_module, "_MERGE_RUNS", False)
+    reference = _as_bytes(_exporter(config)(mixed))
+    launched.clear()
+    assert _as_bytes(exporter(mixed)) == reference == want  # FP32 holds each BF16 value exactly
+    assert launched.count(True) == len(exporter._runs) and launched.count(False) > len(exporter.groups) - len(
+        exporter._in_run
+    )
 
 
 def _own_bytes(update, master) -> int:
