@@ -93,10 +93,7 @@ class Group:
         return max(self.units) + 1
 
     def item_units(self, device: torch.device) -> torch.Tensor:
-        key = str(device)
-        if key not in self._units_dev:
-            (self._units_dev[key],) = upload([torch.tensor(self.units, dtype=torch.long)], device)
-        return self._units_dev[key]
+        return _units_on(self._units_dev, self.units, device)
 
     def build_layout(self, pieces: Sequence[Piece]) -> None:
         """Segments from the members' pieces (:func:`segments_of`)."""
@@ -176,6 +173,14 @@ def _group_key(plan: ExportPlan, item: PlannedTensor) -> tuple[object, ...]:
         return ("experts", info.layer, item.decision.format, info.shape[-1], tile)
     group = item.decision.fused_group
     return ("unit", group if group is not None and group in plan.groups else info.name)
+
+
+def _units_on(kept: dict[str, torch.Tensor], units: list[int], device: torch.device) -> torch.Tensor:
+    """Each member tensor's unit (where its global scale is picked from), on ``device``, kept."""
+    key = str(device)
+    if key not in kept:
+        (kept[key],) = upload([torch.tensor(units, dtype=torch.long)], device)
+    return kept[key]
 
 
 def plan_groups(plan: ExportPlan, items: Sequence[PlannedTensor]) -> list[Group]:
@@ -278,10 +283,7 @@ class Run:
         self._units_dev = {}
 
     def item_units(self, device: torch.device) -> torch.Tensor:
-        key = str(device)
-        if key not in self._units_dev:
-            (self._units_dev[key],) = upload([torch.tensor(self.units, dtype=torch.long)], device)
-        return self._units_dev[key]
+        return _units_on(self._units_dev, self.units, device)
 
 
 def plan_runs(groups: Sequence[Group], max_bytes: int) -> list[Run]:

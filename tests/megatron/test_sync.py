@@ -149,13 +149,13 @@ def test_an_exporter_told_its_device_makes_its_tables_at_construction(device, mo
     megatron = {n: t.to(device) for n, t in hf_to_megatron(hf, "qwen3_moe", config).items()}
     uploads = count_uploads(monkeypatch)
     told = _exporter(config, device=device)
-    assert "item_units" in uploads and ("tables" in uploads) == (device == "cuda")
+    assert "_units_on" in uploads and ("tables" in uploads) == (device == "cuda")
     uploads.clear()
     want = _as_bytes(told(megatron))
     assert set(uploads) == ({"device_tables"} if device == "cuda" else set())
     untold = _exporter(config)
     assert _as_bytes(untold(megatron)) == want
-    assert "item_units" in uploads
+    assert "_units_on" in uploads
 
 
 @pytest.mark.parametrize("make", [LiveExporter, ExportValidator])
