@@ -1,7 +1,8 @@
 # Stop 44 (issue 15): runs (FP4CONVERT_MERGE_RUNS=1: a whole update's groups of one format, tile and
 # width quantized by one set of launches) on a GPU for the first time. (1) every GPU test of
 # tests/megatron with runs on (bytes against the CPU, no host synchronisation, no memory growth, graph
-# replays); (2) the sync rows without and with runs, alternating, ROUNDS rounds (1). NO_TESTS skips (1).
+# replays); (2) the sync rows without and with runs, alternating, ROUNDS rounds (1). NO_TESTS skips (1)
+# (and, passed on, the pair's tests below).
 # Then run_44b.sh's part (1) (the tensor-scope pair's tests) if it has not run yet: NO_PAIR skips it.
 exec > >(tee $OUT/run.txt) 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
