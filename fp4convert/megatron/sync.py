@@ -4,8 +4,9 @@
 function runs), with everything a sync repeats kept between syncs: the plan, where each master
 name's HF tensors are (:mod:`fp4convert.megatron.resolve`), the quantized groups and their segment
 layouts (:mod:`fp4convert.megatron.groups`), and the output buffers with their per-tensor views.
-A sync then reads each master tensor's address, launches a few kernels per group with no host
-synchronisation, and hands out views of the output buffers.
+A sync then reads each master tensor's address, launches a few kernels per group (per run of
+groups, with runs on: :data:`MERGE_RUNS_BY_DEFAULT`) with no host synchronisation, and hands out
+views of the output buffers.
 
 Output buffers are reused only when nothing from an earlier sync still refers to them: every
 output's reference count and every buffer's storage use count are compared with what the exporter
