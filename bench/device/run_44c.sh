@@ -11,6 +11,6 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   tests/megatron -n 14 -rfE 2>&1 | tail -4; }
 [ -z "$NO_PAIR" ] && NO_TEE=1 NO_SYNC=1 TESTS_TIMEOUT=120 bash bench/device/run_44b.sh 2>&1 | grep -v "^NVIDIA"
 for round in $(seq ${ROUNDS:-1}); do
-  SYNC_TIMEOUT=${SYNC_TIMEOUT:-200} bash bench/device/sync_rows.sh groups-$round "FP4CONVERT_MERGE_RUNS=0" "--skip-kernels"
-  SYNC_TIMEOUT=${SYNC_TIMEOUT:-200} bash bench/device/sync_rows.sh runs-$round "FP4CONVERT_MERGE_RUNS=1" "--skip-kernels"
+  SYNC_TIMEOUT=${SYNC_TIMEOUT:-240} bash bench/device/sync_rows.sh groups-$round "FP4CONVERT_MERGE_RUNS=0" "--skip-kernels"
+  SYNC_TIMEOUT=${SYNC_TIMEOUT:-240} bash bench/device/sync_rows.sh runs-$round "FP4CONVERT_MERGE_RUNS=1" "--skip-kernels"
 done
