@@ -230,10 +230,13 @@ def test_a_run_made_at_construction_is_the_first_syncs_and_a_run_not_read_in_pla
     monkeypatch.setattr(sync_module, "_MERGE_RUNS", False)
     reference = _as_bytes(_exporter(config)(mixed))
     launched.clear()
-    assert _as_bytes(exporter(mixed)) == reference == want  # FP32 holds each BF16 value exactly
+    update = exporter(mixed)
+    assert _as_bytes(update) == reference == want  # FP32 holds each BF16 value exactly
     assert launched.count(True) == len(exporter._runs) and launched.count(False) > len(exporter.groups) - len(
         exporter._in_run
     )
+    quantized = [t for n, t in update if n.endswith("down_proj.weight") and t.dtype == torch.uint8]
+    assert quantized and all(t.untyped_storage().data_ptr() in storages for t in quantized)
 
 
 def _own_bytes(update, master) -> int:
