@@ -223,7 +223,7 @@ def test_a_run_made_at_construction_is_the_first_syncs_and_a_run_not_read_in_pla
     quantized = [t for n, t in update if n.endswith("down_proj.weight") and t.dtype == torch.uint8]
     assert quantized and all(t.untyped_storage().data_ptr() in storages for t in quantized)
     want = _as_bytes(update)
-    del update
+    del update, quantized  # the set free again: the next sync reuses it
     # one layer's experts in FP32, the others in BF16: a run's tensors of two dtypes cannot be read
     # by one launch, so its groups run alone, each into its rows of the run's matrices
     mixed = {n: t.float() if ".layers.0.mlp.experts" in n else t for n, t in megatron.items()}
