@@ -36,6 +36,7 @@ from fp4convert.formats.segments import (
     reads_by_address,
     unit_amax,
 )
+from fp4convert.formats.spec import MXFP8_BLOCK, NVFP4_BLOCK
 from fp4convert.formats.uploads import upload
 from fp4convert.inventory import Role
 from fp4convert.inventory.dtypes import SAFETENSORS_DTYPES
@@ -221,8 +222,12 @@ def plan_groups(plan: ExportPlan, items: Sequence[PlannedTensor]) -> list[Group]
 Matrices = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
+#: per format, (values per code byte, values per scale byte): an output row's widths
+_PACKING = {"nvfp4": (2, NVFP4_BLOCK), "mxfp8": (1, MXFP8_BLOCK)}
+
+
 def _matrices(fmt: str, rows: int, cols: int, members: int, device: torch.device) -> Matrices:
-    per_byte, block = (2, 16) if fmt == "nvfp4" else (1, 32)
+    per_byte, block = _PACKING[fmt]
     data = torch.empty(rows, cols // per_byte, dtype=torch.uint8, device=device)
     scale = torch.empty(rows, cols // block, dtype=torch.uint8, device=device)
     global_scale = torch.empty(members, dtype=torch.float32, device=device) if fmt == "nvfp4" else None
@@ -314,12 +319,13 @@ def plan_runs(groups: Sequence[Group], max_bytes: int) -> list[Run]:
 
 
 def _output_bytes(fmt: str, rows: int, cols: int) -> int:
-    return rows * (cols // 2 + cols // 16) if fmt == "nvfp4" else rows * (cols + cols // 32)
+    per_byte, block = _PACKING[fmt]
+    return rows * (cols // per_byte + cols // block)
 
 
 @dataclass
 class RunBuffers:
-    """A run's output matrices: each member group's are rows of them (:meth:`of_group`)."""
+    """A run's output matrices: each member group's are rows of them (:meth:`of_groups`)."""
 
     data: torch.Tensor
     scale: torch.Tensor
