@@ -13,7 +13,7 @@ import torch
 
 from fp4convert.errors import ConversionError
 
-__all__ = ["check_device", "tensor_device"]
+__all__ = ["check_device", "current_cuda_device", "tensor_device"]
 
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
@@ -62,3 +62,14 @@ def tensor_device(device: str | torch.device) -> torch.device:
     """
     check_device(str(device))
     return torch.empty(0, device=device).device
+
+
+def current_cuda_device() -> torch.device | None:
+    """The current CUDA device where CUDA is available, else None: where a GPU process's weights
+    live when it says nothing else (TransformerEngine's modules default to ``device="cuda"`` too).
+
+    Example:
+        >>> current_cuda_device() is None or current_cuda_device().type == "cuda"
+        True
+    """
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None

@@ -123,6 +123,7 @@ def export_hf(
         ep_size=ep_size,
         include_input_scale=include_input_scale,
         calibration=calibration,
+        device=None,  # its buffers are made where the parameters at hand are, in this first call
     )
     if held_whole(named_params):  # everything is here already: one whole update, replayed from the third sync on
         yield from exporter(named_params)

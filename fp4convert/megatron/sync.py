@@ -31,7 +31,7 @@ import torch
 
 from fp4convert.errors import MappingError
 from fp4convert.families import unpack
-from fp4convert.formats.devices import tensor_device
+from fp4convert.formats.devices import current_cuda_device, tensor_device
 from fp4convert.megatron.encode import encode_group
 from fp4convert.megatron.groups import (
     Group,
@@ -80,7 +80,13 @@ class _OutputSet:
     and each buffer's storage has no more users (views) than the exporter made.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, made_for: torch.device | None = None) -> None:
+        #: the device a constructor made this set for, until the set's first sync: a first sync on
+        #: another device empties it first (nothing handed out refers to it yet)
+        self.made_for = made_for
+        self._empty()
+
+    def _empty(self) -> None:
         self.groups: dict[int, GroupBuffers] = {}
         self.runs: dict[int, RunBuffers] = {}  # per run, the matrices its groups' buffers are rows of
         #: per group, the plan positions, names and views of its outputs, in member order
@@ -101,6 +107,7 @@ class _OutputSet:
     ) -> tuple[GroupBuffers, tuple[list[int], list[str], list[torch.Tensor]]]:
         """The group's buffers on ``device`` (allocated on first use, or rows of its run's ``into``)
         and its ready list; ``positions``: each member's first plan position."""
+        self._first_use(device)
         found = self.groups.get(index)
         if found is None or found.data.device != device:
             found = GroupBuffers.allocate(plan, group, device, into)
@@ -131,6 +138,7 @@ class _OutputSet:
     ) -> RunBuffers | None:
         """The run's matrices on ``device`` and its groups' buffers as rows of them (allocated on
         first use); None when one of its groups has buffers of its own (a sync that ran it alone)."""
+        self._first_use(device)
         found = self.runs.get(index)
         if found is not None and found.data.device == device:
             return found
@@ -142,6 +150,14 @@ class _OutputSet:
             self.group(plan, g, groups[g], device, firsts[g], into)
         self._keep(found.data, found.scale, found.global_scale)
         return found
+
+    def _first_use(self, device: torch.device) -> None:
+        """A set made at construction for another device than its first sync's is emptied, so
+        that the buffers made there are freed rather than kept beside the ones made here."""
+        if self.made_for is not None:
+            if device != self.made_for:
+                self._empty()
+            self.made_for = None
 
     def _keep(self, *buffers: torch.Tensor | None) -> None:
         """Count the views of each buffer's storage that this set holds (what :meth:`free` compares)."""
@@ -242,9 +258,11 @@ class LiveExporter:
         calibration: activation amax per HF module, for per-tensor activation contracts.
         output_sets: how many sets of output buffers are kept for reuse (more are allocated per
             call when every kept set is still referenced).
-        device: where to allocate the first set of output buffers now, at construction (None: at
-            the first sync, on the device the parameters arrive on); a learner that knows its GPU
-            takes this cost out of its first sync.
+        device: where to allocate the first set of output buffers (and make the kernels' static
+            tables) now, at construction, so that the first sync does not: ``"auto"``, the current
+            CUDA device where CUDA is available (a learner's GPU) and else none; None: at the first
+            sync, on the device the parameters arrive on (parameters arriving on another device
+            than the one named get buffers there, and the ones made here are dropped).
         cuda_graphs: on a CUDA device, a whole update (:meth:`__call__`, :meth:`buckets`) of
             parameters passed as a collection (``dict(model.named_parameters())``, its ``items()``,
             a list; an iterator is consumed lazily and never replayed) is replayed as one CUDA graph
@@ -277,7 +295,7 @@ class LiveExporter:
         include_input_scale: bool = False,
         calibration: Mapping[str, float] | None = None,
         output_sets: int = 2,
-        device: str | torch.device | None = None,
+        device: str | torch.device | None = "auto",
         cuda_graphs: bool = True,
     ) -> None:
         self.plan = export_plan(
@@ -313,7 +331,13 @@ class LiveExporter:
         self._layout_of: list[list[Piece] | None] = [None] * len(self.groups)
         self._runs = plan_runs(self.groups, MAX_RUN_BYTES) if _MERGE_RUNS else []
         self._in_run = {g for run in self._runs for g in run.members}
-        where = None if device is None else tensor_device(device)
+        where = (
+            current_cuda_device()
+            if isinstance(device, str) and device == "auto"
+            else None
+            if device is None
+            else tensor_device(device)
+        )
         self._prepare(where)
         if where is not None and output_sets > 0:
             out = _OutputSet()
@@ -321,6 +345,7 @@ class LiveExporter:
                 out.run(self.plan, r, run, self.groups, where, self._firsts)
             for g, group in enumerate(self.groups):
                 out.group(self.plan, g, group, where, self._firsts[g])  # found when its run made it
+            out.made_for = where
             self._sets.append(out)
 
     def _prepare(self, device: torch.device | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -153,9 +154,46 @@ def test_an_exporter_told_its_device_makes_its_tables_at_construction(device, mo
     uploads.clear()
     want = _as_bytes(told(megatron))
     assert set(uploads) == ({"device_tables"} if device == "cuda" else set())
-    untold = _exporter(config)
+    untold = _exporter(config, device=None)
+    assert not uploads
     assert _as_bytes(untold(megatron)) == want
     assert "_units_on" in uploads
+
+
+def test_an_exporter_not_told_its_device_waits_for_its_first_sync_without_cuda(model, monkeypatch):
+    # device="auto" (the default) names the current CUDA device; without one, nothing is made yet
+    _, config = model("qwen3_moe")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    uploads = count_uploads(monkeypatch)
+    exporter = _exporter(config)
+    assert exporter._sets == [] and not uploads
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_an_exporter_not_told_its_device_makes_its_buffers_on_the_current_cuda_device(model):
+    _, config = model("qwen3_moe")
+    exporter = _exporter(config)
+    current = torch.device("cuda", torch.cuda.current_device())
+    assert len(exporter._sets) == 1 and {g.data.device for g in exporter._sets[0].groups.values()} == {current}
+
+
+@pytest.mark.parametrize("made_for", ["meta", CUDA])
+def test_buffers_made_for_another_device_than_the_first_syncs_are_dropped(made_for, model):
+    # the first sync arrives on the CPU: the set the constructor made elsewhere (a GPU, or here a
+    # stand-in) is emptied before its first group, so its buffers are freed, not kept beside new ones
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config)
+    exporter = _exporter(config, device="cpu" if made_for == "meta" else made_for)
+    (made,) = exporter._sets
+    if made_for == "meta":
+        made.made_for = torch.device("meta")
+    constructed = [weakref.ref(g.data) for g in made.groups.values()]
+    update = exporter(megatron)
+    gc.collect()
+    assert made.made_for is None and not any(ref() is not None for ref in constructed)
+    assert {t.device.type for _, t in update} == {"cpu"}
+    assert _as_bytes(update) == _as_bytes(_exporter(config, device=None)(megatron))
 
 
 @pytest.mark.parametrize("make", [LiveExporter, ExportValidator])
