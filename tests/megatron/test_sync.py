@@ -527,9 +527,9 @@ def test_cuda_device_memory_does_not_grow_across_syncs(key, contract, dialect, g
     megatron = hf_to_megatron(hf, key, config)
     cpu = dict(LiveExporter(contract=contract, config=config, dialect=dialect)(megatron))
     on_gpu = {n: t.cuda() for n, t in megatron.items()}
-    exporter = LiveExporter(contract=contract, config=config, dialect=dialect, cuda_graphs=graphs)
     torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = torch.cuda.memory_allocated()  # the constructor makes the first output set (device="auto")
+    exporter = LiveExporter(contract=contract, config=config, dialect=dialect, cuda_graphs=graphs)
     update = exporter(on_gpu)
     own = _own_bytes(update, on_gpu)
     for name, tensor in update:
