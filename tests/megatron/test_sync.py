@@ -154,6 +154,7 @@ def test_an_exporter_told_its_device_makes_its_tables_at_construction(device, mo
     uploads.clear()
     want = _as_bytes(told(megatron))
     assert set(uploads) == ({"device_tables"} if device == "cuda" else set())
+    uploads.clear()
     untold = _exporter(config, device=None)
     assert not uploads
     assert _as_bytes(untold(megatron)) == want
