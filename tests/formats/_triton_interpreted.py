@@ -213,10 +213,11 @@ def live_exporter() -> None:
     # set of launches (FP4CONVERT_MERGE_RUNS)
     for layout, merged in (("grouped", False), ("legacy_grouped", False), ("grouped", True)):
         megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
-        want = dict(LiveExporter(contract=NVFP4_EXPERTS, config=config)(megatron))  # the CPU kernels
-        segments._on_triton = lambda device: True  # CPU tensors through the CUDA path, interpreted
-        default, sync._MERGE_RUNS = sync._MERGE_RUNS, merged
+        default, sync._MERGE_RUNS = sync._MERGE_RUNS, False
         try:
+            want = dict(LiveExporter(contract=NVFP4_EXPERTS, config=config)(megatron))  # CPU kernels, by group
+            segments._on_triton = lambda device: True  # CPU tensors through the CUDA path, interpreted
+            sync._MERGE_RUNS = merged
             exporter = LiveExporter(contract=NVFP4_EXPERTS, config=config)
             assert bool(exporter._runs) == merged
             for _ in range(2):
