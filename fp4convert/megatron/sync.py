@@ -261,9 +261,10 @@ class LiveExporter:
             call when every kept set is still referenced).
         device: where to allocate the first set of output buffers (and make the kernels' static
             tables) now, at construction, so that the first sync does not: ``"auto"``, the current
-            CUDA device where CUDA is available (a learner's GPU) and else none; None: at the first
-            sync, on the device the parameters arrive on (parameters arriving on another device
-            than the one named get buffers there, and the ones made here are dropped).
+            CUDA device where CUDA is available (a learner's GPU: construct it after
+            ``torch.cuda.set_device``, as Megatron's initialisation calls it) and else none; None: at
+            the first sync, on the device the parameters arrive on (parameters arriving on another
+            device than the one named get buffers there, and the ones made here are dropped).
         cuda_graphs: on a CUDA device, a whole update (:meth:`__call__`, :meth:`buckets`) of
             parameters passed as a collection (``dict(model.named_parameters())``, its ``items()``,
             a list; an iterator is consumed lazily and never replayed) is replayed as one CUDA graph
