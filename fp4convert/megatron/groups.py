@@ -11,8 +11,8 @@ with the shared outer amaxes and the dialect's global scales computed on the dev
 tensors are not plain row-contiguous BF16/FP16/FP32 of one dtype (legacy GroupedMLP's transposed
 experts) take the converter's per-unit path instead, with the same bytes. A :class:`Run` is
 groups of one format, tile and width (every layer's experts of one role) quantized by one set of
-launches into rows of one allocation (:class:`RunBuffers`), what an eager whole update does with
-``FP4CONVERT_MERGE_RUNS=1`` (:mod:`fp4convert.megatron.sync`).
+launches into rows of one allocation (:class:`RunBuffers`), what an eager whole update does unless
+``FP4CONVERT_MERGE_RUNS=0`` (:mod:`fp4convert.megatron.sync`).
 """
 
 from __future__ import annotations

@@ -186,6 +186,15 @@ def _use_count(tensor: torch.Tensor) -> int:
     return int(torch._C._storage_Use_Count(tensor.untyped_storage()._cdata))
 
 
+def _make_tables(unit: Group | Run, device: torch.device) -> None:
+    """Make now the static tables a laid-out group's or run's launches read on ``device``: its
+    segment tables and, for NVFP4, each member's unit (by which its global scale is picked)."""
+    assert unit.layout is not None
+    unit.layout.make_tables(device)
+    if unit.fmt == "nvfp4":
+        unit.item_units(device)
+
+
 def _replays_on(device: torch.device) -> bool:
     """Whether syncs on ``device`` are replayed as CUDA graphs (CUDA devices)."""
     return device.type == "cuda"
@@ -369,20 +378,13 @@ class LiveExporter:
             pieces = [pieces_of[name] for name in names]
             group.build_layout(pieces)
             self._layout_of[g] = pieces
-            if device is None:
-                continue
-            assert group.layout is not None  # built above
-            group.layout.make_tables(device)
-            if group.fmt == "nvfp4":  # each member's unit, by which its global scale is picked
-                group.item_units(device)
+            if device is not None:
+                _make_tables(group, device)
         for run in self._runs:
             if all(self._layout_of[g] is not None for g in run.members):
                 run.lay_out(self.groups)
                 if device is not None:
-                    assert run.layout is not None
-                    run.layout.make_tables(device)
-                    if run.fmt == "nvfp4":
-                        run.item_units(device)
+                    _make_tables(run, device)
 
     # -- one sync ------------------------------------------------------------------------------
 
