@@ -4,14 +4,21 @@ group, not the quantize kernels, is most of what is timed. CPU. Steady state, an
 (its buffers made at its first call, or at construction) and a new validator's construction and
 first call (what the first sync of a run costs beyond later ones).
 
-    python bench/sync_host.py [--layers 48] [--repeat 5]
+``--stub-kernels`` takes the GPU's path instead (address tables, pinned uploads, the Triton segment
+kernels' launches) with the launches made no-ops, on the CPU: what a GPU sync costs the host in
+Python, less the launch latency and the allocator's, measurable without a GPU (the exporter rows).
+
+    python bench/sync_host.py [--layers 48] [--repeat 5] [--stub-kernels] [--profile]
     PYTHONPATH=_base python bench/sync_host.py   # another revision (bench/device/README.md: _base/)
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import time
+import types
 
 import torch
 
@@ -21,11 +28,35 @@ from fp4convert.megatron.sync import LiveExporter
 from fp4convert.megatron.validate import ExportValidator
 
 
+class _NoLaunch:
+    """A Triton kernel whose launches do nothing: ``kernel[grid](*args, **meta)``."""
+
+    def __getitem__(self, grid: object) -> object:
+        return lambda *args, **meta: None
+
+
+def stub_kernels() -> None:
+    """Make the segment code take the Triton path on the CPU, every launch a no-op."""
+    from fp4convert.formats import _triton_segments, segments
+
+    stub = types.SimpleNamespace(
+        _amax_seg_kernel=_NoLaunch(), _nvfp4_seg_kernel=_NoLaunch(), _mxfp8_seg_kernel=_NoLaunch(),
+        launch_shape=_triton_segments.launch_shape, hardware_e4m3=lambda device: False,
+        word_path=_triton_segments.word_path, _PREFETCH=_triton_segments._PREFETCH,
+    )  # fmt: skip
+    segments._on_triton = lambda device: True  # type: ignore[assignment]
+    segments._cuda_kernels = lambda: stub  # type: ignore[assignment]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--stub-kernels", action="store_true", help="the GPU's path, launches stubbed (exporter rows)")
+    parser.add_argument("--profile", action="store_true", help="cProfile one first call of a constructed exporter")
     args = parser.parse_args()
+    if args.stub_kernels:
+        stub_kernels()
     torch.set_num_threads(1)
     config = dict(load_config("Qwen3-30B-A3B"))
     config.update(num_hidden_layers=args.layers, hidden_size=64, moe_intermediate_size=32, intermediate_size=64,
@@ -42,10 +73,13 @@ def main() -> None:
     exporter = LiveExporter(**kwargs)
     validator = ExportValidator(**kwargs)
     update = dict(exporter(master.items()))
-    assert validator(update, master).ok
-    print(f"{fp4convert.__file__}: {len(master)} master tensors, {len(update)} outputs, 1 thread")
-    for what, call in (("export (LiveExporter)", lambda: exporter(master.items())),
-                       ("validate (ExportValidator)", lambda: validator(update, master))):  # fmt: skip
+    path = "the GPU's path, launches stubbed" if args.stub_kernels else "the CPU kernels"
+    print(f"{fp4convert.__file__}: {len(master)} master tensors, {len(update)} outputs, 1 thread, {path}")
+    steady = [("export (LiveExporter)", lambda: exporter(master.items()))]
+    if not args.stub_kernels:  # stubbed launches write nothing: no bytes to validate
+        assert validator(update, master).ok
+        steady.append(("validate (ExportValidator)", lambda: validator(update, master)))
+    for what, call in steady:
         call()
         best = float("inf")
         for _ in range(args.repeat):
@@ -57,9 +91,12 @@ def main() -> None:
     def made_with_buffers(**kw):  # type: ignore[no-untyped-def]  # LiveExporter(device=...): outputs at construction
         return LiveExporter(**kw, device="cpu")
 
-    fresh_cases = (("export, new exporter", LiveExporter, lambda new: new(master.items())),
-                   ("export, buffers at construction", made_with_buffers, lambda new: new(master.items())),
-                   ("validate, new validator", ExportValidator, lambda new: new(update, master)))  # fmt: skip
+    fresh_cases = [
+        ("export, new exporter", LiveExporter, lambda new: new(master.items())),
+        ("export, buffers at construction", made_with_buffers, lambda new: new(master.items())),
+    ]
+    if not args.stub_kernels:
+        fresh_cases.append(("validate, new validator", ExportValidator, lambda new: new(update, master)))
     for what, make, call in fresh_cases:
         built, first = [], []
         for _ in range(args.repeat):
@@ -71,6 +108,11 @@ def main() -> None:
             first.append(time.perf_counter() - middle)
         print(f"{what:<31} construction {min(built) * 1e3:6.1f} ms, "
               f"first call {min(first) * 1e3:6.1f} ms (best of {args.repeat})", flush=True)  # fmt: skip
+    if args.profile:
+        fresh = made_with_buffers(**kwargs)
+        profiler = cProfile.Profile()
+        profiler.runcall(fresh, master.items())
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,8 @@ class Sources:
     def __init__(self, layout: SegmentLayout) -> None:
         self.layout = layout
         self._last: list[int] | None = None
+        #: the address table was read since the last bind (a call's launches read it once)
+        self._current = False
         self._ptrs: torch.Tensor | None = None
         self._ld: torch.Tensor | None = None
         self.tensors: list[torch.Tensor] = []
@@ -192,6 +194,7 @@ class Sources:
         The same tensor objects as last call (a learner's parameters) are not checked again.
         """
         if len(tensors) == len(self.tensors) and all(map(operator.is_, tensors, self.tensors)):
+            self.again()
             return self
         layout = self.layout
         if len(tensors) != len(layout.rows):
@@ -199,7 +202,13 @@ class Sources:
         if not self._fits(tensors):
             self._refuse(tensors)
         self.tensors = list(tensors)
+        self._current = False
         return self
+
+    def again(self) -> None:
+        """A new call with the bound tensors: its first launch reads their addresses again
+        (``param.data = ...`` moves a parameter's storage and keeps the tensor object)."""
+        self._current = False
 
     def _fits(self, tensors: Sequence[torch.Tensor]) -> bool:
         """Whether every tensor fits its segment, in C-level passes (a first sync binds ~12k
@@ -238,17 +247,21 @@ class Sources:
         return self.tensors[0].dtype
 
     def device_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(addresses, row strides) as int64 device tensors."""
+        """(addresses, row strides) as int64 device tensors, read once per bind (a call's launches
+        share them) and uploaded again only when an address changed."""
+        if self._current and self._ptrs is not None and self._ld is not None:
+            return self._ptrs, self._ld
         ptrs = list(map(torch.Tensor.data_ptr, self.tensors))  # C-level: every sync reads ~12k of these
         if ptrs != self._last or self._ptrs is None or self._ld is None:
-            lds = [t.stride(0) for t in self.tensors]
+            table = torch.tensor([ptrs, list(map(torch.Tensor.stride, self.tensors, itertools.repeat(0)))])
             # the kernels are compiled for 16-byte-aligned rows (tl.multiple_of on address and stride)
-            if any(p % 16 for p in ptrs) or any(ld % 16 for ld in lds):
+            if bool(table.bitwise_and(15).any()):
                 raise FormatError(
                     "segment rows must start on 16-byte boundaries, with a row stride of a multiple of 16 elements"
                 )
-            (dev,) = upload([torch.tensor([ptrs, lds], dtype=torch.int64)], self.device)
-            self._ptrs, self._ld, self._last = dev[0].contiguous(), dev[1].contiguous(), ptrs
+            (dev,) = upload([table], self.device)
+            self._ptrs, self._ld, self._last = dev[0], dev[1], ptrs
+        self._current = True
         return self._ptrs, self._ld
 
     def stacked(self) -> torch.Tensor:

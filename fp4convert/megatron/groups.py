@@ -142,6 +142,7 @@ def bind_segments(
         # the same whole tensors as the last bind (a learner's parameters, sync after sync), bound
         # as themselves: only their addresses are read again (a moved parameter's table is rebuilt)
         if reads_by_address(first.device):
+            sources.again()
             sources.device_tables()
         return True
     if first.dtype not in _KERNEL_DTYPES:
@@ -422,6 +423,9 @@ def piece_value(tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
     if len(piece.runs) == 1:
         start, count = piece.runs[0]
         return tensor[start : start + count]
+    rows = piece.strided(tensor)
+    if rows is not None:  # one copy, not one per query group
+        return rows.reshape(-1, *tensor.shape[1:])
     return torch.cat([tensor[s : s + n] for s, n in piece.runs])
 
 

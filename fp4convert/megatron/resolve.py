@@ -57,6 +57,28 @@ class Piece:
     def rows(self) -> int:
         return sum(n for _, n in self.runs)
 
+    def strided(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The piece's rows of ``tensor`` as one ``(runs, rows per run, ...)`` view when its runs
+        are equal and evenly spaced (q, k or v of ``linear_qkv``: a run per query group), so that
+        one copy gathers them (on a GPU each copy is a launch); None otherwise.
+
+        Example:
+            >>> piece = Piece("q", "qkv", None, ((0, 2), (6, 2)), False)
+            >>> piece.strided(torch.arange(12).reshape(12, 1)).flatten().tolist()
+            [0, 1, 6, 7]
+        """
+        runs = self.runs
+        if len(runs) < 2 or tensor.dim() == 0:
+            return None
+        (first, count), step = runs[0], runs[1][0] - runs[0][0]
+        if step < count or first + (len(runs) - 1) * step + count > tensor.shape[0]:
+            return None
+        if any(n != count or start != first + i * step for i, (start, n) in enumerate(runs)):
+            return None
+        row = tensor.stride(0)
+        shape, strides = (len(runs), count, *tensor.shape[1:]), (step * row, *tensor.stride())
+        return tensor.as_strided(shape, strides, tensor.storage_offset() + first * row)
+
     def index(self) -> torch.Tensor:
         """The rows as an int64 index (for ``index_select``)."""
         return (

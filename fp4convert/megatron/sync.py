@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -56,6 +56,16 @@ __all__ = ["LiveExporter", "bucketed"]
 
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
+_IS_META = operator.attrgetter("is_meta")
+_NAME = operator.attrgetter("name")
+_KEY = _PIECE = operator.itemgetter(0)
+_TENSOR = _MEMBERS = _GROUP = operator.itemgetter(1)
+_CHECKED = operator.itemgetter(2)  # a record's dtype that passes unchecked
+
+
+def _is_high_precision(member: tuple[Piece, int]) -> bool:
+    return member[1] < 0
+
 
 #: a whole update's groups of one format, tile and width quantized by one set of launches (:class:`Run`),
 #: up to MAX_RUN_BYTES of output each: an eager sync (a first call, a capture) issues a few launches
@@ -420,7 +430,9 @@ class LiveExporter:
         buffer = out.copy_of(name, tuple(shape), dtype, tensor.device)[1]
         if piece.whole:
             buffer.copy_(tensor.reshape(shape))
-        else:  # each run of rows straight into place (q/k/v: one per query group)
+        elif (rows := piece.strided(tensor)) is not None:  # q/k/v: a run per query group, one copy
+            buffer.view(rows.shape).copy_(rows)
+        else:  # each run of rows straight into place
             row = 0
             for start, count in piece.runs:
                 buffer[row : row + count].copy_(tensor[start : start + count])
@@ -438,6 +450,16 @@ class LiveExporter:
         wait for the last parameter and are quantized together (:meth:`_run_waiting`)."""
         params = named_params.items() if isinstance(named_params, Mapping) else named_params
         out = self._free_set() if out is None else out
+        known = self._known(params) if whole and isinstance(params, (ItemsView, Sequence)) else None
+        if known is not None:
+            return self._known_events(out, *known)
+        return self._walk(params, out, whole)
+
+    def _walk(
+        self, params: Iterable[tuple[str, torch.Tensor]], out: _OutputSet, whole: bool
+    ) -> Iterator[tuple[list[int], list[Pair]]]:
+        """:meth:`_events` tensor by tensor: each is checked when it is not the shape and dtype
+        seen (or predicted) before, and each group runs as soon as its last tensor arrived."""
         groups = self.groups
         sizes = [len(group.items) for group in groups]
         counts = [0] * len(groups)
@@ -491,6 +513,71 @@ class LiveExporter:
                     ready += pairs
             if ready:
                 yield positions, ready
+        if waiting:
+            yield from self._run_waiting(out, waiting, arrived, pieces_of)
+        yield from self._finish(out, counts, arrived, pieces_of)
+
+    def _known(
+        self, params: ItemsView[str, torch.Tensor] | Sequence[tuple[str, torch.Tensor]]
+    ) -> tuple[list[str], list[torch.Tensor], list[_Record], list[tuple[Piece, int]], dict[str, Piece]] | None:
+        """A whole update read in C-level passes (a first sync's ~12k parameters walked one by one
+        cost the host ~2 us each): every tensor's record, its members and their pieces by name;
+        None when a tensor needs the per-tensor walk of :meth:`_events` (one not seen or predicted
+        in this shape and dtype, a meta tensor, a piece given twice: it checks, and names the tensor)."""
+        keys = list(map(_KEY, params))
+        tensors = list(map(_TENSOR, params))
+        found = list(map(self._records.get, zip(keys, map(_SHAPE, tensors), strict=True)))  # Size hashes as tuple
+        if None in found or any(map(_IS_META, tensors)):
+            return None
+        records = cast(list[_Record], found)
+        if list(map(_DTYPE, tensors)) != list(map(_CHECKED, records)):
+            return None
+        members = list(itertools.chain.from_iterable(map(_MEMBERS, records)))
+        pieces = list(map(_PIECE, members))
+        pieces_of = dict(zip(map(_NAME, pieces), pieces, strict=True))
+        if len(pieces_of) != len(pieces):
+            return None
+        return keys, tensors, records, members, pieces_of
+
+    def _known_events(
+        self,
+        out: _OutputSet,
+        keys: list[str],
+        tensors: list[torch.Tensor],
+        records: list[_Record],
+        members: list[tuple[Piece, int]],
+        pieces_of: dict[str, Piece],
+    ) -> Iterator[tuple[list[int], list[Pair]]]:
+        """:meth:`_events` of a whole update :meth:`_known` read: the high-precision outputs, the
+        groups outside runs, then the runs (the order of launches changes no byte)."""
+        arrived: dict[tuple[str, int | None], torch.Tensor] = dict(
+            zip(zip(keys, itertools.repeat(None), strict=False), tensors, strict=True)
+        )
+        for key, tensor, record in zip(keys, tensors, records, strict=True):
+            if record[0]:  # stacked experts, a fused MLA down projection: few per model
+                subs = unpack(key, tensor, experts_per_rank=self.names.per_rank, q_lora_rank=self.names.q_lora_rank)
+                arrived.update(((key, index), view) for index, (_, view) in enumerate(subs or []))
+        counts = [0] * len(self.groups)
+        for g, count in collections.Counter(map(_GROUP, members)).items():
+            if g >= 0:
+                counts[g] = count
+        positions: list[int] = []
+        ready: list[Pair] = []
+        with torch.no_grad():
+            for piece, _ in filter(_is_high_precision, members):
+                outputs = self._outputs(out, self.plan.items[piece.name], arrived[(piece.key, piece.sub)], piece)
+                positions += [self._position[piece.name]] * len(outputs)
+                ready += outputs
+        yield positions, ready
+        waiting: list[int] = []
+        for g, group in enumerate(self.groups):
+            if counts[g] != len(group.items):
+                continue
+            if g in self._in_run:
+                waiting.append(g)
+                continue
+            with torch.no_grad():
+                yield self._run(out, g, arrived, pieces_of)
         if waiting:
             yield from self._run_waiting(out, waiting, arrived, pieces_of)
         yield from self._finish(out, counts, arrived, pieces_of)

@@ -63,6 +63,28 @@ def test_address_tables_refuse_rows_off_16_byte_boundaries():
             Sources(layout).bind([aligned, odd]).device_tables()
 
 
+def test_address_tables_are_read_once_per_bind_and_again_at_the_next():
+    # a call's launches share one read of the addresses; the next bind of the same tensors reads
+    # them again, so a parameter whose storage moved (``param.data = ...``) is found where it is now
+    from fp4convert.megatron.groups import bind_segments
+
+    layout = SegmentLayout.of([4, 4], cols=16)
+    a, b = torch.zeros(4, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16)
+    sources = Sources(layout).bind([a, b])
+    ptrs, _ = sources.device_tables()
+    old = a.data_ptr()
+    a.data = torch.ones(4, 16, dtype=torch.bfloat16)
+    assert sources.device_tables()[0] is ptrs and ptrs.tolist()[0] == old  # the same call
+    assert sources.bind([a, b]).device_tables()[0].tolist() == [a.data_ptr(), b.data_ptr()]
+    segments = [("a", None, 0), ("b", None, 0)]
+    with pytest.MonkeyPatch.context() as patch:  # the GPU's path: binds read the address tables
+        patch.setattr("fp4convert.megatron.groups.reads_by_address", lambda device: True)
+        assert bind_segments(sources, segments, [a, b])  # bound as themselves: the next bind is the fast one
+        b.data = torch.ones(4, 16, dtype=torch.bfloat16)
+        assert bind_segments(sources, segments, [a, b])
+    assert sources.device_tables()[0].tolist() == [a.data_ptr(), b.data_ptr()]
+
+
 def test_equal_layouts_are_one_object_while_in_use_and_share_their_tables():
     import gc
 

@@ -91,3 +91,29 @@ def test_unknown_names_and_duplicates_are_refused(model):
 def test_row_runs():
     assert row_runs(torch.tensor([3, 4, 5, 9, 10, 0])) == ((3, 3), (9, 2), (0, 1))
     assert row_runs(torch.zeros(0, dtype=torch.long)) == ()
+
+
+@pytest.mark.parametrize(
+    "runs, gathered_by_one_view",
+    [
+        (((0, 4), (12, 4), (24, 4)), True),  # q of linear_qkv: a run per query group
+        (((8, 2), (20, 2), (32, 2)), True),  # v: the last run ends at the tensor's last row
+        (((0, 4), (12, 4), (20, 4)), False),  # unevenly spaced
+        (((0, 4), (12, 2)), False),  # runs of other lengths
+        (((12, 4), (0, 4)), False),  # out of order
+        (((0, 4), (2, 4)), False),  # overlapping
+        (((0, 4), (32, 4)), False),  # past the tensor's rows
+        (((3, 5),), False),  # one run: a slice
+    ],
+)
+def test_evenly_spaced_runs_are_gathered_by_one_strided_view(runs, gathered_by_one_view):
+    from fp4convert.megatron.resolve import Piece
+
+    for tensor in (torch.arange(34 * 3, dtype=torch.int32).reshape(34, 3), torch.arange(34, dtype=torch.int32)):
+        piece = Piece("q", "qkv", None, runs, False)
+        view = piece.strided(tensor)
+        assert (view is not None) == gathered_by_one_view
+        if view is not None:
+            want = torch.cat([tensor[s : s + n] for s, n in runs])
+            assert_bytes_equal(view.reshape(-1, *tensor.shape[1:]), want)
+            assert_bytes_equal(piece_value(tensor, piece), want)

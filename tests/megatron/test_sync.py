@@ -14,7 +14,7 @@ import torch
 from _helpers import CUDA, MXFP8_ALL, NVFP4_EXPERTS, assert_bytes_equal, count_uploads
 
 from fp4convert import export_hf, validate_export
-from fp4convert.errors import ConversionError
+from fp4convert.errors import ConversionError, MappingError
 from fp4convert.families import MegatronSpelling, hf_to_megatron
 from fp4convert.megatron import groups as groups_module
 from fp4convert.megatron import sync as sync_module
@@ -390,6 +390,32 @@ def test_stacked_expert_masters_export_and_validate(layout, model):
     broken[name][0, 0] ^= 0x11
     report = validate_export(broken, stacked, **kwargs)
     assert not report.ok and any(f.tensor == name and f.check == "bytes" for f in report.findings)
+
+
+@pytest.mark.parametrize("layout", ["grouped", *STACKED])
+def test_a_whole_update_read_in_bulk_equals_the_walk_tensor_by_tensor(layout, model):
+    # a whole update of tensors seen (or predicted) before is read in C-level passes (_known); one
+    # the walk must check (another dtype, a meta tensor, a piece given twice) takes the walk
+    hf, config = model("qwen3_moe")
+    megatron = hf_to_megatron(hf, "qwen3_moe", config, expert_layout=layout)
+    exporter = _exporter(config)
+    want = _as_bytes(_exporter(config).stream(iter(megatron.items())))
+    # the plan's own layout is predicted at construction; a stacked one is first seen by the walk
+    assert (exporter._known(list(megatron.items())) is not None) == (layout == "grouped")
+    assert _as_bytes(exporter(megatron)) == want
+    assert exporter._known(list(megatron.items())) is not None
+    assert _as_bytes(exporter(megatron)) == want
+    embedding = next(n for n in megatron if "embedding" in n)
+    widened = {**megatron, embedding: megatron[embedding].float()}
+    assert exporter._known(list(widened.items())) is None  # predicted in BF16: checked by the walk
+    assert _as_bytes(exporter(widened)) == _as_bytes(_exporter(config).stream(iter(widened.items())))
+    assert exporter._known(list(widened.items())) is not None  # checked once, then read in bulk
+    twice = [*megatron.items(), (embedding, megatron[embedding])]
+    with pytest.raises(MappingError, match="produced twice"):
+        exporter(twice)
+    ghost = {**megatron, embedding: torch.empty(megatron[embedding].shape, device="meta")}
+    with pytest.raises(MappingError, match="meta device"):
+        exporter(ghost)
 
 
 def test_norms_the_learner_holds_in_float32_are_sent_in_the_checkpoint_dtype(model, converted, read_tensors):
