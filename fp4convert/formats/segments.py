@@ -191,9 +191,16 @@ class Sources:
     def bind(self, tensors: Sequence[torch.Tensor]) -> Sources:
         """Use ``tensors`` (2-D, rows as the layout says, contiguous rows) for the next call.
 
-        The same tensor objects as last call (a learner's parameters) are not checked again.
+        The same tensor objects as last call (a learner's parameters) are looked at again only for
+        what moving their storage (``param.data = ...``) can change: contiguous and of the layout's
+        shapes, they pass without the full check, their addresses read again at the next launch.
         """
-        if len(tensors) == len(self.tensors) and all(map(operator.is_, tensors, self.tensors)):
+        if (
+            len(tensors) == len(self.tensors)
+            and all(map(operator.is_, tensors, self.tensors))
+            and all(map(torch.Tensor.is_contiguous, tensors))
+            and list(map(_SHAPE, tensors)) == self.layout.shapes
+        ):
             self.again()
             return self
         layout = self.layout
@@ -253,11 +260,15 @@ class Sources:
             return self._ptrs, self._ld
         ptrs = list(map(torch.Tensor.data_ptr, self.tensors))  # C-level: every sync reads ~12k of these
         if ptrs != self._last or self._ptrs is None or self._ld is None:
-            table = torch.tensor([ptrs, list(map(torch.Tensor.stride, self.tensors, itertools.repeat(0)))])
+            # (row, element) strides read again with the addresses: a parameter bound before and moved
+            # since (``param.data = ...``) is not checked by bind, which skips the same tensor objects
+            strides = torch.tensor(list(map(torch.Tensor.stride, self.tensors)), dtype=torch.int64).reshape(-1, 2)
+            table = torch.stack([torch.tensor(ptrs, dtype=torch.int64), strides[:, 0]])
             # the kernels are compiled for 16-byte-aligned rows (tl.multiple_of on address and stride)
-            if bool(table.bitwise_and(15).any()):
+            if bool(table.bitwise_and(15).any()) or bool(strides[:, 1].ne(1).any()):
                 raise FormatError(
-                    "segment rows must start on 16-byte boundaries, with a row stride of a multiple of 16 elements"
+                    "segment rows must be contiguous and start on 16-byte boundaries, with a row stride of a "
+                    "multiple of 16 elements"
                 )
             (dev,) = upload([table], self.device)
             self._ptrs, self._ld, self._last = dev[0], dev[1], ptrs

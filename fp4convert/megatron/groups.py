@@ -140,10 +140,16 @@ def bind_segments(
     bound = sources.bound_from
     if len(bound) == len(tensors) and all(map(operator.is_, tensors, bound)):
         # the same whole tensors as the last bind (a learner's parameters, sync after sync), bound
-        # as themselves: only their addresses are read again (a moved parameter's table is rebuilt)
-        if reads_by_address(first.device):
-            sources.again()
-            sources.device_tables()
+        # as themselves: bind looks again only at what a moved storage can change, and a moved
+        # parameter's address table is rebuilt; one that no longer fits is read by the caller's
+        # other path (nothing written here)
+        try:
+            sources.bind(tensors)
+            if reads_by_address(first.device):
+                sources.device_tables()
+        except FormatError:
+            sources.bound_from = []
+            return False
         return True
     if first.dtype not in _KERNEL_DTYPES:
         return False

@@ -83,6 +83,22 @@ def test_address_tables_are_read_once_per_bind_and_again_at_the_next():
         b.data = torch.ones(4, 16, dtype=torch.bfloat16)
         assert bind_segments(sources, segments, [a, b])
     assert sources.device_tables()[0].tolist() == [a.data_ptr(), b.data_ptr()]
+    # moved onto every other column of a wider tensor (same shape, aligned rows, elements 2 apart),
+    # or onto memory of another shape: the same objects are checked again, and refused
+    a.data = torch.zeros(4, 32, dtype=torch.bfloat16)[:, ::2]
+    sources.again()
+    with pytest.raises(FormatError, match="contiguous"):  # the address table checks what it reads
+        sources.device_tables()
+    with pytest.raises(FormatError, match="does not fit"):
+        sources.bind([a, b])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("fp4convert.megatron.groups.reads_by_address", lambda device: True)
+        assert not bind_segments(sources, segments, [a, b])  # the caller gathers the rows instead
+    a.data = torch.zeros(4, 16, dtype=torch.bfloat16)
+    sources.bind([a, b])
+    b.data = torch.zeros(8, 16, dtype=torch.bfloat16)  # the same object, another shape
+    with pytest.raises(FormatError, match="does not fit"):
+        sources.bind([a, b])
 
 
 def test_equal_layouts_are_one_object_while_in_use_and_share_their_tables():
