@@ -418,20 +418,23 @@ def test_a_whole_update_read_in_bulk_equals_the_walk_tensor_by_tensor(layout, mo
         exporter(ghost)
 
 
-def test_a_parameter_moved_onto_strided_memory_between_syncs_is_still_exported_right(model):
+def test_a_parameter_moved_onto_strided_memory_between_syncs_is_still_exported_and_validated_right(model):
     # ``param.data = ...`` keeps the tensor object a sync bound; rows no longer contiguous must not
     # be read in place as if they were (the CPU kernels and the address tables assume they are)
     hf, config = model("qwen3_moe")
     megatron = {n: t.clone() for n, t in hf_to_megatron(hf, "qwen3_moe", config).items()}
     want = _as_bytes(_exporter(config)(megatron))
-    exporter = _exporter(config)
+    exporter, validator = _exporter(config), ExportValidator(contract=NVFP4_EXPERTS, config=config)
     assert _as_bytes(exporter(megatron)) == want  # every group bound to the parameters themselves
+    assert validator(dict(exporter(megatron)), megatron).ok
     name = next(n for n in megatron if n.endswith("linear_fc1.weight0"))
     param = megatron[name]
     wide = torch.zeros(param.shape[0], 2 * param.shape[1], dtype=param.dtype)
     wide[:, ::2] = param
     param.data = wide[:, ::2]
-    assert _as_bytes(exporter(megatron)) == want
+    update = exporter(megatron)
+    assert _as_bytes(update) == want
+    assert validator(dict(update), megatron).ok
 
 
 def test_norms_the_learner_holds_in_float32_are_sent_in_the_checkpoint_dtype(model, converted, read_tensors):
