@@ -5,8 +5,10 @@ group, not the quantize kernels, is most of what is timed. CPU. Steady state, an
 first call (what the first sync of a run costs beyond later ones).
 
 ``--stub-kernels`` takes the GPU's path instead (address tables, pinned uploads, the Triton segment
-kernels' launches) with the launches made no-ops, on the CPU: what a GPU sync costs the host in
-Python, less the launch latency and the allocator's, measurable without a GPU (the exporter rows).
+kernels' launches) with the launches made no-ops, a comparing launch finding every row equal, on
+the CPU: what a GPU sync costs the host in Python, less the launch latency and the allocator's,
+measurable without a GPU. First calls print as best / median / worst (the worst is where a garbage
+collection fell). ``--profile``: cProfile of one first call of an exporter made with its buffers.
 
     python bench/sync_host.py [--layers 48] [--repeat 5] [--stub-kernels] [--profile]
     PYTHONPATH=_base python bench/sync_host.py   # another revision (bench/device/README.md: _base/)
