@@ -201,18 +201,10 @@ class Sources:
     def bind(self, tensors: Sequence[torch.Tensor]) -> Sources:
         """Use ``tensors`` (2-D, rows as the layout says, contiguous rows) for the next call.
 
-        The same tensor objects as last call (a learner's parameters) are looked at again only for
-        what moving their storage (``param.data = ...``) can change: contiguous and of the layout's
-        shapes, they pass without the full check, their addresses read again at the next launch.
+        Checked at every bind, the same tensor objects as last call too: ``param.data = ...`` keeps
+        a learner's parameter and may give it another storage, shape, strides or dtype. Their
+        addresses are read again at the next launch.
         """
-        if (
-            len(tensors) == len(self.tensors)
-            and all(map(operator.is_, tensors, self.tensors))
-            and all(map(torch.Tensor.is_contiguous, tensors))
-            and list(map(_SHAPE, tensors)) == self.layout.shapes
-        ):
-            self.again()
-            return self
         layout = self.layout
         if len(tensors) != len(layout.rows):
             raise FormatError(f"{len(tensors)} tensors for a group of {len(layout.rows)} segments")
@@ -270,8 +262,8 @@ class Sources:
             return self._ptrs, self._ld
         ptrs = list(map(torch.Tensor.data_ptr, self.tensors))  # C-level: every sync reads ~12k of these
         if ptrs != self._last or self._ptrs is None or self._ld is None:
-            # (row, element) strides read again with the addresses: a parameter bound before and moved
-            # since (``param.data = ...``) is not checked by bind, which skips the same tensor objects
+            # (row, element) strides read with the addresses: rows are checked here too, for a storage
+            # moved (``param.data = ...``) after the bind that checked them
             strides = list(map(torch.Tensor.stride, self.tensors))
             lds = list(map(_ROW_STRIDE, strides))
             # the kernels are compiled for 16-byte-aligned rows (tl.multiple_of on address and stride)

@@ -137,39 +137,33 @@ def bind_segments(
     place (mixed dtypes or devices, rows not contiguous or not 16-byte aligned): the caller then
     takes the per-unit or gathering path."""
     first = tensors[0]
+    if first.dtype not in _KERNEL_DTYPES:
+        return False
     bound = sources.bound_from
     if len(bound) == len(tensors) and all(map(operator.is_, tensors, bound)):
         # the same whole tensors as the last bind (a learner's parameters, sync after sync), bound
-        # as themselves: bind looks again only at what a moved storage can change, and a moved
-        # parameter's address table is rebuilt; one that no longer fits is read by the caller's
-        # other path (nothing written here)
-        try:
-            sources.bind(tensors)
-            if reads_by_address(first.device):
-                sources.device_tables()
-        except FormatError:
-            sources.bound_from = []
-            return False
-        return True
-    if first.dtype not in _KERNEL_DTYPES:
-        return False
-    rows = sources.layout.rows
-    # C-level passes (a first sync binds ~12k tensors): every segment a whole tensor, or views of rows
-    whole = not any(map(_START, segments)) and tuple(map(torch.Tensor.size, tensors, itertools.repeat(0))) == rows
-    if whole:
-        views = list(tensors)
+        # as themselves again: no views to make (bind checks them: ``param.data = ...`` keeps the
+        # object and may move its storage)
+        views, whole = list(tensors), True
     else:
-        views = [
-            t if start == 0 and count == t.shape[0] else t[start : start + count]
-            for t, (_, _, start), count in zip(tensors, segments, rows, strict=True)
-        ]
+        rows = sources.layout.rows
+        # C-level passes (a first sync binds ~12k tensors): every segment a whole tensor, or views of rows
+        whole = not any(map(_START, segments)) and tuple(map(torch.Tensor.size, tensors, itertools.repeat(0))) == rows
+        if whole:
+            views = list(tensors)
+        else:
+            views = [
+                t if start == 0 and count == t.shape[0] else t[start : start + count]
+                for t, (_, _, start), count in zip(tensors, segments, rows, strict=True)
+            ]
     try:
         sources.bind(views)  # mixed dtypes or devices, rows not contiguous: a FormatError
         if reads_by_address(first.device):
             sources.device_tables()
     except FormatError:
+        sources.bound_from = []
         return False
-    # only whole tensors bound as themselves may skip all this next time: a view of rows would
+    # only whole tensors bound as themselves may skip making views next time: a view of rows would
     # keep the storage the parameter had when it was made (``param.data = ...`` moves it)
     whole = whole or all(map(operator.is_, views, tensors))
     sources.bound_from = list(tensors) if whole else []

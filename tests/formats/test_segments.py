@@ -101,6 +101,22 @@ def test_address_tables_are_read_once_per_bind_and_again_at_the_next():
         sources.bind([a, b])
 
 
+def test_the_same_tensor_objects_are_checked_again_at_each_bind():
+    # param.data = ... can give a bound parameter another dtype: the GPU kernel reads a group in one
+    # dtype, so a group of mixed dtypes is refused (the caller gathers its rows instead)
+    from fp4convert.megatron.groups import bind_segments
+
+    layout = SegmentLayout.of([4, 4], cols=16)
+    a, b = torch.zeros(4, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.bfloat16)
+    sources = Sources(layout)
+    segments = [("a", None, 0), ("b", None, 0)]
+    assert bind_segments(sources, segments, [a, b]) and sources.bound_from == [a, b]
+    b.data = b.float()
+    with pytest.raises(FormatError, match="share dtype"):
+        sources.bind([a, b])
+    assert not bind_segments(sources, segments, [a, b])
+
+
 def test_equal_layouts_are_one_object_while_in_use_and_share_their_tables():
     import gc
 
